@@ -1,0 +1,120 @@
+"""Shared building blocks of the resource types: the camelCase base model, object metadata, conditions.
+
+Used by every resource module in ``flexinfer.api``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from flexinfer.api.units import parse_duration, parse_quantity
+
+GROUP = "ai.flexinfer"
+
+
+def _check_duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+def _check_quantity(value: str) -> str:
+    parse_quantity(value)
+    return value
+
+
+Duration = Annotated[str, AfterValidator(_check_duration), Field(json_schema_extra={"format": "duration"})]
+"""A Go/Kubernetes duration string such as ``90s`` or ``5m`` (validated, kept as text)."""
+
+def _number_to_text(value: object) -> object:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+Quantity = Annotated[
+    str, BeforeValidator(_number_to_text), AfterValidator(_check_quantity),
+    Field(json_schema_extra={"format": "quantity"}),
+]
+"""A Kubernetes quantity string such as ``8Gi`` (validated, kept as text)."""
+
+
+class ApiModel(BaseModel):
+    """Base of every spec type: camelCase keys, unknown keys rejected, names usable in Python."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+        validate_default=False,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resource as Kubernetes JSON: camelCase keys, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class StatusModel(ApiModel):
+    """Base of status types: tolerant of fields written by other controllers or versions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True,
+    )
+
+
+class OwnerReference(ApiModel):
+    """``metadata.ownerReferences[]`` entry."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(ApiModel):
+    """The subset of ``metadata`` FlexInfer reads; server-managed fields are accepted and ignored."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    deletion_grace_period_seconds: int | None = None
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+    managed_fields: list[dict[str, Any]] | None = None
+    self_link: str | None = None
+    generate_name: str | None = None
+
+
+class Condition(StatusModel):
+    """A ``metav1.Condition``."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = None
+
+
+class Toleration(ApiModel):
+    """A pod toleration (``core/v1 Toleration``)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class ResourceRequirements(ApiModel):
+    """Container compute resources; GPU keys are rejected by the Model validator (use ``spec.gpu``)."""
+
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict)

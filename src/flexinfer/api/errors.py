@@ -1,0 +1,38 @@
+"""Root of FlexInfer's error hierarchy and the resource-validation errors.
+
+The root lives in the innermost layer so every layer can raise and catch it; the full tree is drawn in
+``flexinfer.core.errors``. Used by the api loaders and, through ``core.errors``, everywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FlexInferError(Exception):
+    """Base class of every error FlexInfer raises on purpose (never a bare traceback to a user)."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One validation problem: where (file, document index, field path) and what."""
+
+    path: str
+    message: str
+    source: str = ""
+    document: int | None = None
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.document is not None:
+            where = f"{where}[doc {self.document}]" if where else f"doc {self.document}"
+        prefix = f"{where}: " if where else ""
+        return f"{prefix}{self.path}: {self.message}" if self.path else f"{prefix}{self.message}"
+
+
+class InvalidResourceError(FlexInferError):
+    """A manifest or resource failed validation; carries one ``FieldProblem`` per problem."""
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))

@@ -1,0 +1,64 @@
+"""``flexinfer`` entry point: discovers subcommand modules and maps errors to one line + exit code.
+
+Each module in ``flexinfer.cli`` that defines ``add_parser(subparsers)`` and ``run(args) -> int`` is a
+subcommand. Errors: ``FlexInferError`` → its message (one line per problem) on stderr, exit 1;
+Ctrl-C → exit 130. Never a traceback for expected failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+import flexinfer
+import flexinfer.cli as cli_package
+from flexinfer.api.errors import FlexInferError, InvalidResourceError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every discovered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="flexinfer", description="Inference control plane for on-prem GPUs.",
+    )
+    parser.add_argument("--version", action="version", version=f"flexinfer {flexinfer.__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(cli_package.__path__), key=lambda m: m.name):
+        if info.name == "main":
+            continue
+        module = importlib.import_module(f"flexinfer.cli.{info.name}")
+        if hasattr(module, "add_parser") and hasattr(module, "run"):
+            sub = module.add_parser(subparsers)
+            sub.set_defaults(handler=module.run)
+    return parser
+
+
+def report(error: FlexInferError) -> None:
+    """Print an error as one line per problem on stderr."""
+    if isinstance(error, InvalidResourceError):
+        for problem in error.problems:
+            print(f"error: {problem}", file=sys.stderr)
+    else:
+        print(f"error: {error}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.handler(args))
+    except FlexInferError as error:
+        report(error)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

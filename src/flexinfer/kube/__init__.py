@@ -1,0 +1,1 @@
+"""The Kubernetes engine: kopf handlers, API client and status writer (``flexinfer manager``)."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP edge: routing, activation queue, streaming passthrough."""

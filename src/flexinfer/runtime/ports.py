@@ -1,0 +1,92 @@
+"""The ports between the runtime and its neighbours.
+
+- ``Engine``: what an engine (local processes, Kubernetes) implements so the dispatcher can start and stop
+  model servers. Implemented by ``flexinfer.local`` and ``flexinfer.kube``; faked by tests.
+- ``Activator``: what the proxy needs from the runtime: wait until a model may serve a request, get its
+  upstream, and say when the request is over (in-flight accounting). Implemented by the dispatcher.
+- ``Catalog``: what the proxy needs to resolve a request's model name and list models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from flexinfer.api.model import Model
+
+Stage = str
+"""A bounded startup-stage name: ``queue``, ``drain``, ``staging``, ``server_start``, ``health``."""
+
+STAGES: tuple[Stage, ...] = ("queue", "drain", "staging", "server_start", "health")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a Ready model server answers (an OpenAI-compatible base URL without ``/v1``)."""
+
+    base_url: str
+
+
+class StageReporter(Protocol):
+    """Called by an engine as a model moves through its startup stages (for metrics and traces)."""
+
+    def __call__(self, stage: Stage) -> None: ...
+
+
+class Engine(Protocol):
+    """Starts and stops model servers. ``start`` returns once the server is Ready (or raises
+    ``EngineError``); it may be cancelled, and must then leave nothing running."""
+
+    async def start(self, model: Model, report: StageReporter) -> Endpoint: ...
+
+    async def stop(self, model: Model) -> None: ...
+
+
+@dataclass
+class Grant:
+    """Permission to send one request to a model; ``release`` must be called exactly once when the
+    response is finished (or the client went away)."""
+
+    model: str
+    endpoint: Endpoint
+    release: Callable[[], None]
+    waited_seconds: float = 0.0
+    activation: str | None = None
+    """The activation this request triggered or joined (``cold_start``/``swap``), if any."""
+
+
+class Activator(Protocol):
+    """Admission for requests. ``acquire`` waits (bounded by ``timeout``) until the model is Ready and
+    returns a ``Grant``; raises ``RequestError`` subclasses (ModelNotFound, QueueFull, ColdStartTimeout,
+    ModelFailed, ShuttingDown). Cancelling the awaiting task withdraws the request: it never counts as in
+    flight. ``on_wait`` is called once if the request has to wait for an activation."""
+
+    async def acquire(
+        self, model: str, timeout: float | None = None, on_wait: Callable[[str], None] | None = None,
+    ) -> Grant: ...
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What the proxy knows about a model: identity, routing names and current state."""
+
+    name: str
+    namespace: str
+    backend: str
+    served_model_name: str
+    phase: str
+    group: str | None = None
+    priority: int = 100
+    aliases: tuple[str, ...] = ()
+    parked: bool = False
+    created: float = 0.0
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+class Catalog(Protocol):
+    """Model lookup for the proxy (backed by manifests locally, by a watch cache in Kubernetes)."""
+
+    def resolve(self, name: str) -> ModelView | None: ...
+
+    def models(self) -> Sequence[ModelView]: ...
