@@ -54,10 +54,14 @@ def parse_resource(doc: Any, source: str = "", index: int | None = None) -> Reso
 
 def parse_documents(text: str, source: str = "") -> list[Resource]:
     """Parse a multi-document YAML text; collect the problems of every document before raising."""
+    docs: list[Any] = []
     try:
-        docs = [d for d in yaml.safe_load_all(text)]
+        for doc in yaml.safe_load_all(text):
+            docs.append(doc)
     except yaml.YAMLError as exc:
-        raise InvalidResourceError([FieldProblem("", f"invalid YAML: {exc}", source=source)]) from None
+        raise InvalidResourceError([
+            FieldProblem("", _yaml_message(exc), source=source, document=len(docs)),
+        ]) from None
     resources: list[Resource] = []
     problems: list[FieldProblem] = []
     for index, doc in enumerate(docs):
@@ -115,6 +119,14 @@ def _duplicate_problems(resources: list[Resource]) -> list[FieldProblem]:
             problems.append(FieldProblem("metadata.name", f"duplicate {res.kind} {ident[1]}/{ident[2]}"))
         seen.add(ident)
     return problems
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    """One line: what the YAML parser objected to and where (1-based line and column)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"invalid YAML{where}: {problem}"
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

@@ -152,6 +152,14 @@ class GPUStatus(StatusModel):
     memory_mb: int | None = Field(default=None, alias="memoryMB")
 
 
+class MetricsStatus(StatusModel):
+    """``status.metrics``: serving figures as text (the ``TPS`` printer column reads ``tokensPerSecond``)."""
+
+    tokens_per_second: str | None = None
+    load_time_seconds: str | None = None
+    avg_latency_ms: str | None = None
+
+
 class ModelStatus(StatusModel):
     """``Model.status`` as written by the manager (and ``lastActiveTime`` by the proxy)."""
 
@@ -165,6 +173,7 @@ class ModelStatus(StatusModel):
     shared_group: SharedGroupStatus | None = None
     cache: CacheStatus | None = None
     gpu: GPUStatus | None = None
+    metrics: MetricsStatus | None = None
     observed_generation: int | None = None
 
 

@@ -7,6 +7,7 @@ accepted as opaque objects so existing manifests still load.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
@@ -76,6 +77,11 @@ class ModelCacheStatus(StatusModel):
     path: str | None = None
     ready_nodes: int | None = None
     total_nodes: int | None = None
+    retry_count: int | None = None
+    size_bytes: int | None = None
+    cache_size_bytes: int | None = None
+    last_access_time: datetime | None = None
+    eviction_count: int | None = None
 
 
 class ModelCache(ApiModel):

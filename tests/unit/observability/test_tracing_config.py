@@ -1,0 +1,106 @@
+"""Tracing settings: the bool words, the standard OTEL_* variables, and parsing that never fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexinfer.observability.tracing import ExporterSettings, TracingSettings, tracing_settings
+from flexinfer.observability.tracing_config import key_value_list
+
+
+@pytest.mark.parametrize(
+    ("word", "enabled"),
+    [
+        ("1", True), ("true", True), ("yes", True), ("on", True), ("TRUE", True), (" on ", True), ("Yes", True),
+        ("0", False), ("false", False), ("no", False), ("off", False), ("", False), ("maybe", False),
+        ("enabled", False),
+    ],
+)
+def test_enabled_accepts_the_bool_words_and_defaults_off(word: str, enabled: bool) -> None:
+    assert tracing_settings({"FLEXINFER_OTEL_ENABLED": word}).enabled is enabled
+
+
+@pytest.mark.parametrize(("word", "trusted"), [("", True), ("maybe", True), ("false", False), (" OFF ", False),
+                                               ("0", False), ("yes", True)])
+def test_trust_incoming_defaults_on(word: str, trusted: bool) -> None:
+    assert tracing_settings({"FLEXINFER_OTEL_TRUST_INCOMING": word}).trust_incoming is trusted
+
+
+def test_empty_environment_is_tracing_off_with_spec_defaults() -> None:
+    settings = tracing_settings({})
+    assert settings == TracingSettings()
+    assert settings.exporter == ExporterSettings(endpoint="http://localhost:4318/v1/traces")
+    assert settings.sampler == "parentbased_always_on"
+
+
+def test_otel_sdk_disabled_wins_over_enabled() -> None:
+    env = {"FLEXINFER_OTEL_ENABLED": "true", "OTEL_SDK_DISABLED": "true"}
+    assert tracing_settings(env).enabled is False
+
+
+def test_service_namespace_is_trimmed() -> None:
+    assert tracing_settings({"FLEXINFER_OTEL_SERVICE_NAMESPACE": "  flexinfer-system "}).service_namespace == (
+        "flexinfer-system"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "endpoint"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "http://collector:4318/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, "http://collector:4318/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/base"}, "http://c:4318/base/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://b:2/custom"},
+         "http://b:2/custom"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "  "}, "http://localhost:4318/v1/traces"),
+    ],
+)
+def test_traces_endpoint_resolution(env: dict[str, str], endpoint: str) -> None:
+    assert tracing_settings(env).exporter.endpoint == endpoint
+
+
+def test_exporter_options_per_signal_variables_win() -> None:
+    exporter = tracing_settings({
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20abc,x-team=ml",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-only=traces",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "2500",
+        "OTEL_EXPORTER_OTLP_COMPRESSION": "GZIP",
+    }).exporter
+    assert exporter.headers == {"x-only": "traces"}
+    assert exporter.timeout_seconds == 2.5
+    assert exporter.compression == "gzip"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("abc", 10.0), ("-5", 10.0), ("0", 10.0), ("nan", 10.0),
+                                               ("inf", 10.0), ("500", 0.5)])
+def test_timeout_is_milliseconds_and_garbage_keeps_default(text: str, seconds: float) -> None:
+    assert tracing_settings({"OTEL_EXPORTER_OTLP_TIMEOUT": text}).exporter.timeout_seconds == seconds
+
+
+def test_unknown_compression_falls_back_to_none() -> None:
+    assert tracing_settings({"OTEL_EXPORTER_OTLP_COMPRESSION": "brotli"}).exporter.compression == "none"
+
+
+def test_key_value_list_decodes_and_skips_malformed_entries() -> None:
+    assert key_value_list("a=1, b = two%2Cthree ,junk,=x,c=") == {"a": "1", "b": "two,three", "c": ""}
+
+
+def test_resource_and_sampler_variables_are_kept() -> None:
+    settings = tracing_settings({
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod,k8s.cluster.name=lab",
+        "OTEL_SERVICE_NAME": "edge", "OTEL_TRACES_SAMPLER": "TraceIdRatio", "OTEL_TRACES_SAMPLER_ARG": "0.25",
+    })
+    assert settings.resource_attributes == {"deployment.environment": "prod", "k8s.cluster.name": "lab"}
+    assert (settings.service_name, settings.sampler, settings.sampler_arg) == ("edge", "traceidratio", "0.25")
+
+
+def test_garbage_everywhere_never_raises() -> None:
+    garbage = "::not a url:: \x00 %%% ,,=="
+    env = {name: garbage for name in (
+        "FLEXINFER_OTEL_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_TRACES_SAMPLER", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_MAX_QUEUE_SIZE",
+    )}
+    settings = tracing_settings(env)
+    assert settings.enabled is False
+    assert settings.batch.max_queue_size == 2048
