@@ -1,0 +1,212 @@
+"""Shared-group election over Model statuses (spec §3.3) and the GPU-lease park-and-hold read side (§3.4).
+
+``elect(members, now, policy, lease)`` returns an ``Election``: the leader (or none while a lease parks
+the card), the reason (which rule decided), and each member's state, queue position and ``preemptedBy``.
+Called by the Kubernetes engine (``flexinfer.kube``) on every reconcile of a shared member. Consistent
+with the in-process arbiter (``flexinfer.core.arbiter``): the same priority/starvation/hold ideas, here
+expressed over persisted status instead of live tickets (docs/design/swapping.md lists the differences
+from the Go rules).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from flexinfer.api.gpulease import GPULease
+from flexinfer.api.model import Model
+from flexinfer.api.units import parse_duration
+from flexinfer.core.replicas import cold_start_timeout_seconds
+
+DEFAULT_SWAP_COOLDOWN: Final = 300.0
+DEMAND_WINDOW: Final = 120.0
+RECENT_WINDOW: Final = 300.0
+LEASE_PREFIX: Final = "gpu-lease/"
+
+MemberState = Literal["Active", "Queued", "Preempted"]
+
+
+@dataclass(frozen=True)
+class ElectionPolicy:
+    """Election windows. ``max_wait`` is the starvation bound (``None`` = off, the Go behaviour)."""
+
+    swap_cooldown: float = DEFAULT_SWAP_COOLDOWN
+    demand_window: float = DEMAND_WINDOW
+    recent_window: float = RECENT_WINDOW
+    max_wait: float | None = 300.0
+    default_cold_start_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Member:
+    """The facts the election reads about one group member."""
+
+    name: str
+    priority: int = 100
+    phase: str | None = None
+    state: str | None = None
+    last_active: datetime | None = None
+    preempted_at: datetime | None = None
+    waiting_since: datetime | None = None
+    """Oldest request waiting for this model (reported by the proxy); feeds the starvation bound."""
+    force: bool = False
+    warm_primary: bool = False
+    min_replicas: int = 0
+    can_take_demand: bool = True
+    cold_start_timeout: float = 60.0
+    swap_cooldown: float | None = None
+
+    @classmethod
+    def from_model(cls, model: Model, waiting_since: datetime | None = None,
+                   default_cold_start_timeout: float = 60.0) -> Member:
+        status, gpu = model.status, model.spec.gpu
+        shared = status.shared_group
+        cache_ok = status.cache is None or status.cache.ready
+        return cls(
+            name=model.name, priority=model.priority, phase=status.phase,
+            state=shared.state if shared else None, last_active=status.last_active_time,
+            preempted_at=shared.preempted_at if shared else None, waiting_since=waiting_since,
+            force=bool(gpu and gpu.force_promotion), warm_primary=model.spec.config.get("warmPolicy") == "primary",
+            min_replicas=model.min_replicas, can_take_demand=status.phase != "Failed" and cache_ok,
+            cold_start_timeout=cold_start_timeout_seconds(model, default_cold_start_timeout),
+            swap_cooldown=parse_duration(gpu.swap_cooldown) if gpu and gpu.swap_cooldown else None)
+
+
+@dataclass(frozen=True)
+class MemberDecision:
+    state: MemberState
+    queue_position: int
+    preempted_by: str
+    preempt_now: bool
+    """The member was Ready and loses the GPU in this decision: stamp ``preemptedAt``, count the metric."""
+
+
+@dataclass(frozen=True)
+class Election:
+    leader: str | None
+    reason: str
+    members: dict[str, MemberDecision]
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else (now - then).total_seconds()
+
+
+def _better(a: Member, b: Member) -> int:
+    """Negative when ``a`` ranks first: higher priority, then more recent activity, then smaller name."""
+    if a.priority != b.priority:
+        return -1 if a.priority > b.priority else 1
+    if a.last_active is not None and b.last_active is not None and a.last_active != b.last_active:
+        return -1 if a.last_active > b.last_active else 1
+    return -1 if a.name < b.name else (1 if a.name > b.name else 0)
+
+
+def best(members: Iterable[Member]) -> Member | None:
+    ranked = sorted(members, key=functools.cmp_to_key(_better))
+    return ranked[0] if ranked else None
+
+
+def group_cooldown(members: Sequence[Member], policy: ElectionPolicy) -> float:
+    """max(default cooldown, every member's ``gpu.swapCooldown``)."""
+    return max([policy.swap_cooldown, *(m.swap_cooldown for m in members if m.swap_cooldown is not None)])
+
+
+def _within(now: datetime, then: datetime | None, window: float) -> bool:
+    age = _age(now, then)
+    return age is not None and age < window
+
+
+def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
+    """The leader and the rule that chose it (first match wins; see the module docstring)."""
+    forced = best(m for m in members if m.force)
+    if forced is not None:
+        return forced, "force_promotion"
+    hungry = _starving(members, now, policy)
+    if hungry is not None:
+        return hungry, "starvation_bound"
+    cooldown = group_cooldown(members, policy)
+    if any(_within(now, m.preempted_at, cooldown) for m in members):
+        active = next((m for m in members if m.state == "Active"), None)
+        if active is not None:
+            return active, "swap_cooldown"
+    loading = best(m for m in members if m.state == "Active" and m.phase in ("Pending", "Loading")
+                   and _within(now, m.last_active, max(policy.recent_window, m.cold_start_timeout)))
+    if loading is not None:
+        return loading, "cold_start_in_flight"
+    return _by_category(members, now, policy)
+
+
+def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> Member | None:
+    if policy.max_wait is None:
+        return None
+    bound = policy.max_wait
+    hungry = [m for m in members if m.can_take_demand and m.state != "Active" and m.waiting_since is not None
+              and (now - m.waiting_since).total_seconds() >= bound]
+    return min(hungry, key=lambda m: (m.waiting_since or now, m.name), default=None)
+
+
+def _demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
+    return m.phase != "Ready" and (m.waiting_since is not None or _within(now, m.last_active, policy.demand_window))
+
+
+def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
+    runnable = [m for m in members if m.can_take_demand]
+    ready = best(m for m in runnable if m.phase == "Ready")
+    demanded = best(m for m in runnable if _demanded(m, now, policy))
+    warm = best(m for m in runnable if m.warm_primary)
+    if ready is not None:
+        ready_idle = not _within(now, ready.last_active, policy.demand_window)
+        if demanded is not None and (demanded.priority > ready.priority
+                                     or (ready_idle and demanded.priority >= ready.priority)):
+            return demanded, "demand_preemption"
+        if warm is not None and not ready.warm_primary and ready_idle:
+            return warm, "warm_primary_reclaim"
+        return ready, "ready"
+    recent = best(m for m in runnable if m.phase != "Ready" and _within(now, m.last_active, policy.recent_window))
+    if recent is not None and warm is not None:
+        return (recent, "recent") if recent.priority >= warm.priority else (warm, "warm_primary")
+    for choice, reason in ((recent, "recent"), (warm, "warm_primary"),
+                           (best(m for m in runnable if m.min_replicas >= 1), "warm_pinned"),
+                           (best(runnable), "runnable"), (best(members), "fallback")):
+        if choice is not None:
+            return choice, reason
+    return None, "empty"
+
+
+def active_lease(leases: Iterable[GPULease], group: str, now: datetime) -> GPULease | None:
+    """The first lease for ``group`` that is honoured at ``now`` (expired ones are ignored)."""
+    return next((lease for lease in leases if lease.spec.group == group and lease.active_at(now)), None)
+
+
+def lease_frees_card(lease: GPULease | None, members: Sequence[Member]) -> bool:
+    """Park-and-hold: no lease → False; no lease priority → True; else True only when every member's
+    priority is strictly below the lease's."""
+    if lease is None:
+        return False
+    threshold = lease.spec.priority
+    return threshold is None or all(m.priority < threshold for m in members)
+
+
+def elect(members: Sequence[Member], now: datetime, policy: ElectionPolicy | None = None,
+          lease: GPULease | None = None) -> Election:
+    """Run the election; a lease that frees the card yields no leader and every member Queued/Preempted."""
+    policy = policy or ElectionPolicy()
+    if lease_frees_card(lease, members):
+        owner = f"{LEASE_PREFIX}{lease.spec.owner or lease.metadata.name}" if lease else LEASE_PREFIX
+        return Election(None, "gpu_lease", _decide(members, None, owner))
+    leader, reason = choose_leader(members, now, policy)
+    return Election(leader.name if leader else None, reason,
+                    _decide(members, leader.name if leader else None, leader.name if leader else ""))
+
+
+def _decide(members: Sequence[Member], leader: str | None, preempted_by: str) -> dict[str, MemberDecision]:
+    queued = sorted((m for m in members if m.name != leader), key=lambda m: (-m.priority, m.name))
+    out = {leader: MemberDecision("Active", 0, "", False)} if leader else {}
+    for position, m in enumerate(queued, start=1):
+        preempt = m.phase == "Ready"
+        state: MemberState = "Preempted" if preempt or m.phase == "Preempted" else "Queued"
+        out[m.name] = MemberDecision(state, position, preempted_by, preempt)
+    return out

@@ -1,0 +1,262 @@
+"""Every FlexInfer Prometheus metric, defined once, on an injected ``CollectorRegistry`` (no global state).
+
+- ``LifecycleMetrics``: model lifecycle and shared-GPU metrics (cold start, swap, phase, transitions,
+  group state, preemptions, startup stages) plus the reconcile metrics. It satisfies
+  ``flexinfer.runtime.observer.LifecycleObserver`` (the dispatcher calls it) and is called directly by the
+  Kubernetes engine; the tracing helper calls ``reconcile_duration``/``reconcile_error``.
+- ``ProxyMetrics``: the proxy metrics of spec §4.3 that FlexInfer keeps; satisfies
+  ``flexinfer.proxy.hooks.ProxyMetrics``.
+
+Label bounds: ``model`` values come only from declared Models. ``LifecycleMetrics`` is only ever given
+Model objects; ``ProxyMetrics`` labels a name only after ``declare_models`` and counts anything else under
+``model=""`` (an unknown or missing model). Forgetting a model removes all its series. ``stage``, ``phase``,
+``state``, ``status``, ``outcome`` take values from fixed sets; others are dropped. Built by
+``flexinfer.assembly``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from flexinfer.api.model import Model
+from flexinfer.core.cache_strategy import effective_cache_strategy
+from flexinfer.core.lifecycle_clock import STAGE_NAMES
+from flexinfer.core.phases import PHASES
+from flexinfer.runtime.observer import ActivationRecord
+
+COLD_START_BUCKETS = (0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 120, 180, 300)
+SWAP_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 120)
+STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 120, 180, 300)
+RECONCILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+QUEUE_WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60)
+ACTIVATION_BUCKETS = (1, 5, 10, 30, 60, 120, 180, 300, 600, 900)
+SHUTDOWN_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+GROUP_STATES = ("Active", "Queued", "Preempted")
+UNKNOWN_MODEL = ""
+"""The ``model`` label value for requests whose model is unknown or undeclared."""
+
+
+class _SeriesBook:
+    """Remembers which label sets were written per model so forgetting a model removes exactly those."""
+
+    def __init__(self) -> None:
+        self._series: dict[str, set[tuple[Counter | Gauge | Histogram, tuple[str, ...]]]] = defaultdict(set)
+
+    def note(self, owner: str, metric: Counter | Gauge | Histogram, labels: tuple[str, ...]) -> None:
+        self._series[owner].add((metric, labels))
+
+    def forget(self, owner: str) -> None:
+        for metric, labels in self._series.pop(owner, set()):
+            with contextlib.suppress(KeyError):
+                metric.remove(*labels)
+
+
+class LifecycleMetrics:
+    """Model lifecycle, shared-group and reconcile metrics (see the module docstring)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._book = _SeriesBook()
+        self._cold_start = Histogram(
+            "flexinfer_model_cold_start_duration_seconds", "Duration from model activation to Ready.",
+            ["model", "namespace", "backend", "cache_strategy"], buckets=COLD_START_BUCKETS, registry=registry)
+        self._swap = Histogram(
+            "flexinfer_model_swap_duration_seconds",
+            "Duration from the swap decision (the incumbent lost the GPU) to this model Ready.",
+            ["model", "namespace", "backend", "group"], buckets=SWAP_BUCKETS, registry=registry)
+        self._phase = Gauge("flexinfer_model_phase", "Current model phase (one-hot).",
+                            ["model", "namespace", "phase"], registry=registry)
+        self._transitions = Counter("flexinfer_model_transitions_total", "Model phase transitions.",
+                                    ["model", "namespace", "from", "to", "reason"], registry=registry)
+        self._group_state = Gauge("flexinfer_sharedgroup_state", "Shared-group state of a member (one-hot).",
+                                  ["group", "model", "namespace", "state"], registry=registry)
+        self._preemptions = Counter("flexinfer_sharedgroup_preemptions_total",
+                                    "Members that lost their shared GPU.",
+                                    ["group", "namespace", "from", "to"], registry=registry)
+        self._stage = Histogram("flexinfer_model_startup_stage_duration_seconds",
+                                "Duration of one startup stage of an activation.",
+                                ["model", "namespace", "backend", "stage"], buckets=STAGE_BUCKETS, registry=registry)
+        self._reconcile = Histogram("flexinfer_reconcile_duration_seconds", "Duration of one reconcile.",
+                                    ["controller"], buckets=RECONCILE_BUCKETS, registry=registry)
+        self._reconcile_errors = Counter("flexinfer_reconcile_errors_total", "Reconciles that failed.",
+                                         ["controller"], registry=registry)
+
+    # LifecycleObserver ------------------------------------------------------
+
+    def cold_start(self, model: Model, seconds: float) -> None:
+        labels = (model.name, model.namespace, model.backend, effective_cache_strategy(model))
+        self._cold_start.labels(*labels).observe(seconds)
+        self._book.note(model.key, self._cold_start, labels)
+
+    def swap(self, model: Model, seconds: float) -> None:
+        labels = (model.name, model.namespace, model.backend, model.group or "")
+        self._swap.labels(*labels).observe(seconds)
+        self._book.note(model.key, self._swap, labels)
+
+    def stage(self, model: Model, stage: str, seconds: float) -> None:
+        if stage not in STAGE_NAMES:
+            return
+        labels = (model.name, model.namespace, model.backend, stage)
+        self._stage.labels(*labels).observe(seconds)
+        self._book.note(model.key, self._stage, labels)
+
+    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = "reconcile") -> None:
+        """One-hot phase gauge; a transition when ``old`` is set and differs; group state for shared models."""
+        if new not in PHASES:
+            return
+        for phase in PHASES:
+            labels: tuple[str, ...] = (model.name, model.namespace, phase)
+            self._phase.labels(*labels).set(1 if phase == new else 0)
+            self._book.note(model.key, self._phase, labels)
+        if old is not None and old != new:
+            moved = (model.name, model.namespace, old, new, reason)
+            self._transitions.labels(*moved).inc()
+            self._book.note(model.key, self._transitions, moved)
+        if model.group:
+            state = "Active" if new in ("Loading", "Ready") else "Preempted" if new == "Preempted" else "Queued"
+            self.group_state(model, state)
+
+    def group_state(self, model: Model, state: str) -> None:
+        """One-hot ``flexinfer_sharedgroup_state`` for a shared member."""
+        if state not in GROUP_STATES or not model.group:
+            return
+        for candidate in GROUP_STATES:
+            labels = (model.group, model.name, model.namespace, candidate)
+            self._group_state.labels(*labels).set(1 if candidate == state else 0)
+            self._book.note(model.key, self._group_state, labels)
+
+    def preempted(self, loser: Model, winner: Model) -> None:
+        self.preemption(loser, winner.name)
+
+    def preemption(self, loser: Model, to: str) -> None:
+        """``loser`` lost its group's GPU to ``to`` (a member name, or ``gpu-lease/<owner>``)."""
+        labels = (loser.group or "", loser.namespace, loser.name, to)
+        self._preemptions.labels(*labels).inc()
+        self._book.note(loser.key, self._preemptions, labels)
+
+    def activation(self, record: ActivationRecord) -> None:
+        """Activation records feed traces, not metrics (the samples arrive via cold_start/swap/stage)."""
+        return None
+
+    def forgotten(self, model: Model) -> None:
+        """Remove every series of a deleted model."""
+        self._book.forget(model.key)
+
+    # Reconcile (called by the tracing helper's reconcile span) ------------
+
+    def reconcile_duration(self, controller: str, seconds: float) -> None:
+        self._reconcile.labels(controller).observe(seconds)
+
+    def reconcile_error(self, controller: str) -> None:
+        self._reconcile_errors.labels(controller).inc()
+
+
+REQUEST_STATUSES = frozenset({"success", "error", "rate_limited", "parked", "endpoint_unsupported",
+                              "admission_rejected", "background_not_ready", "parked_behind_primary"})
+WAIT_OUTCOMES = frozenset({"granted", "timeout", "rejected", "failed", "cancelled"})
+
+
+class ProxyMetrics:
+    """The proxy's metrics (``flexinfer_proxy_*``); see ``flexinfer.proxy.hooks.ProxyMetrics``."""
+
+    def __init__(self, registry: CollectorRegistry, models: Iterable[str] = ()) -> None:
+        self.registry = registry
+        self._declared: set[str] = set()
+        self._book = _SeriesBook()
+        self._requests = Counter("flexinfer_proxy_requests_total", "Proxied requests by final status.",
+                                 ["model", "status"], registry=registry)
+        self._duration = Histogram("flexinfer_proxy_request_duration_seconds", "Proxied request duration.",
+                                   ["model"], registry=registry)
+        self._depth = Gauge("flexinfer_proxy_queue_depth", "Requests waiting for an activation.",
+                            ["model"], registry=registry)
+        self._wait = Histogram("flexinfer_proxy_queue_wait_duration_seconds", "Time a request waited for its model.",
+                               ["model"], buckets=QUEUE_WAIT_BUCKETS, registry=registry)
+        self._queued = Counter("flexinfer_proxy_queued_requests_total", "Requests that had to wait.",
+                               ["model"], registry=registry)
+        self._rejected = Counter("flexinfer_proxy_queue_rejected_total", "Requests rejected by a full queue.",
+                                 ["model"], registry=registry)
+        self._activation = Histogram("flexinfer_proxy_activation_duration_seconds",
+                                     "Time a waiting request spent until its model was Ready (or it gave up).",
+                                     ["model", "result"], buckets=ACTIVATION_BUCKETS, registry=registry)
+        self._connections = Gauge("flexinfer_proxy_active_connections", "Requests being forwarded.",
+                                  ["model"], registry=registry)
+        self._rate_limited = Counter("flexinfer_proxy_rate_limited_total", "Requests refused by a rate limit.",
+                                     ["model", "scope"], registry=registry)
+        self._shutdowns = Counter("flexinfer_proxy_shutdowns_total", "Proxy shutdowns by result.",
+                                  ["result"], registry=registry)
+        self._shutdown_duration = Histogram("flexinfer_proxy_shutdown_duration_seconds",
+                                            "Duration of a graceful proxy shutdown.",
+                                            buckets=SHUTDOWN_BUCKETS, registry=registry)
+        self.declare_models(models)
+
+    def declare_models(self, names: Iterable[str]) -> None:
+        """Set the declared model names: new ones get zero series, dropped ones lose all their series."""
+        wanted = set(names)
+        for gone in self._declared - wanted:
+            self._book.forget(gone)
+        for name in sorted(wanted - self._declared):
+            for status in ("success", "error"):
+                self._note(name, self._requests, (name, status))
+            for metric in (self._queued, self._rejected, self._depth, self._connections):
+                self._note(name, metric, (name,))
+        self._declared = wanted
+
+    def forget_model(self, name: str) -> None:
+        self.declare_models(self._declared - {name})
+
+    def _label(self, model: str | None) -> str:
+        return model if model is not None and model in self._declared else UNKNOWN_MODEL
+
+    def _note(self, model: str, metric: Counter | Gauge | Histogram, labels: tuple[str, ...]) -> None:
+        metric.labels(*labels)
+        if model:
+            self._book.note(model, metric, labels)
+
+    def request_finished(self, model: str | None, status: str, seconds: float) -> None:
+        name = self._label(model)
+        status = status if status in REQUEST_STATUSES else "error"
+        self._note(name, self._requests, (name, status))
+        self._requests.labels(name, status).inc()
+        self._note(name, self._duration, (name,))
+        self._duration.labels(name).observe(seconds)
+
+    def connection_opened(self, model: str) -> None:
+        name = self._label(model)
+        self._note(name, self._connections, (name,))
+        self._connections.labels(name).inc()
+
+    def connection_closed(self, model: str) -> None:
+        self._connections.labels(self._label(model)).dec()
+
+    def wait_started(self, model: str) -> None:
+        name = self._label(model)
+        self._note(name, self._queued, (name,))
+        self._queued.labels(name).inc()
+        self._depth.labels(name).inc()
+
+    def wait_finished(self, model: str, seconds: float, outcome: str) -> None:
+        name = self._label(model)
+        self._depth.labels(name).dec()
+        self._note(name, self._wait, (name,))
+        self._wait.labels(name).observe(seconds)
+        if outcome == "rejected":
+            self._rejected.labels(name).inc()
+        if outcome != "cancelled":
+            result = "success" if outcome == "granted" else "failure"
+            self._note(name, self._activation, (name, result))
+            self._activation.labels(name, result).observe(seconds)
+
+    def rate_limited(self, model: str | None, scope: str) -> None:
+        name = self._label(model)
+        scope = scope if scope in ("model", "global") else "global"
+        self._note(name, self._rate_limited, (name, scope))
+        self._rate_limited.labels(name, scope).inc()
+
+    def shutdown(self, result: str, seconds: float) -> None:
+        self._shutdowns.labels(result if result in ("started", "completed", "timeout") else "timeout").inc()
+        if result == "completed":
+            self._shutdown_duration.observe(seconds)

@@ -1,0 +1,231 @@
+"""The dispatcher: ONE asyncio task that owns the arbiter (``flexinfer.core.arbiter``) and executes its
+effects. It is the ``Activator`` the proxy awaits, the control surface of ``flexinfer serve`` (preload,
+unload, status, replace models, shutdown), and the source of lifecycle metrics/traces (through a
+``LifecycleObserver``).
+
+Everything that mutates swap state goes through the inbox and is applied by ``run``; slow engine work runs
+in child tasks (``flexinfer.runtime.engine_tasks``) that post completion events back. Time comes from an
+injectable ``clock``; with ``auto_tick=False`` nothing fires on its own and tests drive deadlines with
+``tick()``. Built by ``flexinfer.assembly`` (local engine; in-cluster proxy); used by ``flexinfer.proxy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from flexinfer.api.model import Model
+from flexinfer.core import arbiter_events as ev
+from flexinfer.core.arbiter import Arbiter
+from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
+from flexinfer.core.errors import ModelNotFoundError, ShuttingDownError
+from flexinfer.runtime.dispatcher_effects import EffectRunner, Waiter
+from flexinfer.runtime.engine_tasks import EngineTasks
+from flexinfer.runtime.observer import LifecycleObserver, NullObserver
+from flexinfer.runtime.ports import Endpoint, Engine, Grant
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """One model as ``flexinfer status`` and ``/v1/models`` show it."""
+
+    key: str
+    name: str
+    namespace: str
+    group: str | None
+    priority: int
+    phase: str
+    queue_depth: int
+    in_flight: int
+    endpoint: Endpoint | None
+    last_swap_age: float | None
+    """Seconds since this model last became Ready through a swap (``None``: never)."""
+    draining: bool = False
+
+
+class Dispatcher:
+    """The single writer of swap state. ``start()`` it (or await ``run()``), then ``acquire`` grants."""
+
+    def __init__(
+        self, engine: Engine, models: Iterable[Model] = (), *, policy: ArbiterPolicy | None = None,
+        observer: LifecycleObserver | None = None, clock: Callable[[], float] = time.monotonic,
+        auto_tick: bool = True,
+    ) -> None:
+        self._arbiter = Arbiter(models, policy)
+        self._clock, self._auto_tick = clock, auto_tick
+        self._inbox: asyncio.Queue[tuple[Event, asyncio.Future[None] | None]] = asyncio.Queue()
+        self._waiters: dict[int, Waiter] = {}
+        self._ids = itertools.count(1)
+        self._tasks = EngineTasks(engine, self.post)
+        self._effects = EffectRunner(self._arbiter, self._tasks, self._waiters,
+                                     observer=observer or NullObserver(), post=self.post, release=self._release)
+        self._changed = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+        self._closed = False
+
+    @property
+    def policy(self) -> ArbiterPolicy:
+        return self._arbiter.policy
+
+    # ------------------------------------------------------------ the loop
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the loop in a background task (idempotent); returns the task."""
+        if self._runner is None:
+            self._runner = asyncio.create_task(self.run(), name="flexinfer-dispatcher")
+        return self._runner
+
+    async def run(self) -> None:
+        """Apply events until shutdown completes. The only place the arbiter is mutated."""
+        self.post(ev.Tick(self._clock()))
+        while not self._done.is_set():
+            event, processed = await self._inbox.get()
+            self._apply(event)
+            if processed is not None and not processed.done():
+                processed.set_result(None)
+        await self._tasks.aclose()
+        self._effects.cancel_wake()
+
+    def _apply(self, event: Event) -> None:
+        try:
+            effects = self._arbiter.handle(event, self._clock())
+        except Exception:
+            log.exception("arbiter failed on %r", event)
+            return
+        self._execute(effects)
+        if isinstance(event, ev.RequestArrived):
+            self._effects.notify_waiting(event.ticket, self._arbiter)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _execute(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, ev.ShutdownComplete):
+                self._closed = True
+                self._done.set()
+            elif isinstance(effect, ev.ScheduleWake):
+                self._effects.schedule_wake(effect.at, self._clock, self._auto_tick)
+            else:
+                self._effects.run(effect)
+
+    def post(self, event: Event) -> None:
+        """Queue an event for the loop (safe from any coroutine or callback on the loop)."""
+        self._inbox.put_nowait((event, None))
+
+    async def send(self, event: Event) -> None:
+        """Queue an event and wait until the loop has applied it."""
+        processed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait((event, processed))
+        await processed
+
+    # ------------------------------------------------------------ Activator
+
+    async def acquire(
+        self, model: str, timeout: float | None = None, on_wait: Callable[[str], None] | None = None,
+    ) -> Grant:
+        """Wait until ``model`` may take one more request; see ``flexinfer.runtime.ports.Activator``."""
+        if self._closed:
+            raise ShuttingDownError("FlexInfer is shutting down")
+        ticket = next(self._ids)
+        future: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
+        self._waiters[ticket] = Waiter(future, on_wait, contextvars.copy_context(), self._clock())
+        deadline = None if timeout is None else self._clock() + timeout
+        self.post(ev.RequestArrived(ticket, model, deadline))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._waiters.pop(ticket, None)
+            self.post(ev.RequestCancelled(ticket))
+            raise
+
+    def _release(self, ticket: int) -> None:
+        self.post(ev.RequestFinished(ticket))
+
+    def model_exited(self, model: Model, code: int | None = None) -> None:
+        """An engine saw a Ready server exit on its own (``LocalEngine(on_exit=...)``)."""
+        self.post(ev.ModelStopped(model.key))
+
+    # ------------------------------------------------------------ control surface
+
+    async def preload(self, model: str, wait: bool = False, timeout: float | None = None) -> str:
+        """Start ``model`` without a request; with ``wait`` return once it is Ready or Failed.
+        Returns the phase (raises ``ModelNotFoundError`` for an unknown model)."""
+        key = self._key(model)
+        await self.send(ev.Preload(key))
+        if wait:
+            await self.wait_for(lambda: self._phase(key) in ("Ready", "Failed"), timeout)
+        return self._phase(key)
+
+    async def unload(self, model: str) -> None:
+        """Drain and stop ``model`` now; it stays stopped (also with ``minReplicas``) until a request."""
+        await self.send(ev.Unload(self._key(model)))
+
+    async def replace_models(self, models: Iterable[Model]) -> None:
+        """Declare the model set: new models are added, changed ones updated, missing ones removed (their
+        waiting requests get ``ModelNotFoundError``; a running one drains and stops)."""
+        await self.send(ev.ModelsReplaced(tuple(models)))
+
+    async def shutdown(self, drain_timeout: float | None = None) -> None:
+        """Reject waiting requests, drain in-flight ones (bounded), stop every model, end the loop."""
+        if self._runner is None and not self._done.is_set():
+            self.start()
+        if not self._done.is_set():
+            await self.send(ev.Shutdown(drain_timeout))
+        await self._done.wait()
+        if self._runner is not None:
+            await asyncio.gather(self._runner, return_exceptions=True)
+
+    async def tick(self) -> None:
+        """Apply a ``Tick`` at the current clock reading (tests with ``auto_tick=False``)."""
+        await self.send(ev.Tick(self._clock()))
+
+    @property
+    def next_wake(self) -> float | None:
+        return self._arbiter.next_wake()
+
+    def snapshot(self) -> list[ModelState]:
+        """The current state of every declared model, sorted by key."""
+        now = self._clock()
+        return [self._state(slot_key, now) for slot_key in sorted(self._arbiter.slots)]
+
+    def _state(self, key: str, now: float) -> ModelState:
+        s = self._arbiter.slots[key]
+        endpoint = s.endpoint if isinstance(s.endpoint, Endpoint) and s.servable else None
+        return ModelState(
+            key=key, name=s.model.name, namespace=s.model.namespace, group=s.model.group,
+            priority=s.model.priority, phase=s.phase, queue_depth=len(s.queue), in_flight=len(s.in_flight),
+            endpoint=endpoint, last_swap_age=None if s.last_swap is None else now - s.last_swap,
+            draining=s.drain_until is not None)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
+        """Wait until ``predicate()`` holds after some event (``TimeoutError`` after ``timeout``)."""
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await self._changed.wait()
+
+    def _phase(self, key: str) -> str:
+        slot = self._arbiter.slots.get(key)
+        return slot.phase if slot is not None else "Idle"
+
+    def _key(self, model: str) -> str:
+        key = self._arbiter.resolve(model)
+        if key is None:
+            raise ModelNotFoundError(model)
+        return key
+
+    async def __aenter__(self) -> Dispatcher:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.shutdown()

@@ -1,0 +1,116 @@
+"""The ``LifecycleObserver`` port: how the dispatcher reports lifecycle facts to metrics and traces.
+
+The dispatcher (``flexinfer.runtime.dispatcher``) calls one observer synchronously from its task;
+``flexinfer.assembly`` passes ``LifecycleMetrics`` (``flexinfer.observability.metrics``), a tracing
+adapter, or both through ``ObserverGroup``. Subclass ``NullObserver`` to implement only some methods.
+Times are readings of the dispatcher's clock (``time.monotonic()`` in production).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from flexinfer.api.model import Model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ActivationRecord:
+    """One finished activation (``kind`` ``cold_start``/``swap``; ``result`` ``success``/``failure``).
+
+    ``stages`` are ``(stage, start, end)``; ``triggers`` are the ``contextvars`` contexts captured when
+    each request that triggered or joined the activation called ``acquire`` (the current OTel span lives
+    there: ``ctx.run(opentelemetry.trace.get_current_span)``).
+    """
+
+    model: Model
+    kind: str
+    start: float
+    end: float
+    stages: tuple[tuple[str, float, float], ...]
+    triggers: tuple[contextvars.Context, ...]
+    result: str = "success"
+    preempted: Model | None = None
+
+
+class LifecycleObserver(Protocol):
+    """Receives lifecycle facts from the dispatcher. Must not block; exceptions are logged and ignored."""
+
+    def phase_changed(self, model: Model, old: str | None, new: str) -> None: ...
+
+    def cold_start(self, model: Model, seconds: float) -> None: ...
+
+    def swap(self, model: Model, seconds: float) -> None: ...
+
+    def stage(self, model: Model, stage: str, seconds: float) -> None: ...
+
+    def preempted(self, loser: Model, winner: Model) -> None: ...
+
+    def activation(self, record: ActivationRecord) -> None: ...
+
+    def forgotten(self, model: Model) -> None: ...
+
+
+class NullObserver:
+    """A ``LifecycleObserver`` that ignores everything (base class for partial observers)."""
+
+    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
+        return None
+
+    def cold_start(self, model: Model, seconds: float) -> None:
+        return None
+
+    def swap(self, model: Model, seconds: float) -> None:
+        return None
+
+    def stage(self, model: Model, stage: str, seconds: float) -> None:
+        return None
+
+    def preempted(self, loser: Model, winner: Model) -> None:
+        return None
+
+    def activation(self, record: ActivationRecord) -> None:
+        return None
+
+    def forgotten(self, model: Model) -> None:
+        return None
+
+
+class ObserverGroup:
+    """Fans every call out to several observers; one failing observer does not stop the others."""
+
+    def __init__(self, observers: Sequence[LifecycleObserver]) -> None:
+        self._observers = tuple(observers)
+
+    def _each(self, method: str, *args: object) -> None:
+        for observer in self._observers:
+            try:
+                getattr(observer, method)(*args)
+            except Exception:
+                log.exception("lifecycle observer %r failed in %s", observer, method)
+
+    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
+        self._each("phase_changed", model, old, new)
+
+    def cold_start(self, model: Model, seconds: float) -> None:
+        self._each("cold_start", model, seconds)
+
+    def swap(self, model: Model, seconds: float) -> None:
+        self._each("swap", model, seconds)
+
+    def stage(self, model: Model, stage: str, seconds: float) -> None:
+        self._each("stage", model, stage, seconds)
+
+    def preempted(self, loser: Model, winner: Model) -> None:
+        self._each("preempted", loser, winner)
+
+    def activation(self, record: ActivationRecord) -> None:
+        self._each("activation", record)
+
+    def forgotten(self, model: Model) -> None:
+        self._each("forgotten", model)

@@ -1,0 +1,109 @@
+"""A scripted driver for the pure arbiter: owns the time, simulates an engine, records every outcome.
+
+Used by tests/unit/core/test_arbiter*.py and test_lifecycle_clock.py. ``advance`` delivers the arbiter's
+wake-ups and the simulated engine's completions in time order, so deadlines fire exactly when scheduled.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from flexinfer.api.model import Model
+from flexinfer.core import arbiter_events as ev
+from flexinfer.core.arbiter import Arbiter
+from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
+
+
+@dataclass
+class Harness:
+    models: Iterable[Model]
+    policy: ArbiterPolicy | None = None
+    now: float = 0.0
+    start_delay: dict[str, float] | None = None
+    """When set, the harness answers StartModel by itself after this delay (per model key)."""
+    stop_delay: float | None = None
+    log: list[tuple[float, Effect]] = field(default_factory=list)
+    outcome: dict[int, tuple[str, float]] = field(default_factory=dict)
+    arrived: dict[int, float] = field(default_factory=dict)
+    cancelled: set[int] = field(default_factory=set)
+    finished: set[int] = field(default_factory=set)
+    failing: dict[str, int] = field(default_factory=dict)
+    _queue: list[tuple[float, int, Event]] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.models = list(self.models)
+        self.arbiter = Arbiter(self.models, self.policy)
+        self.wake: float | None = None
+        self.send(ev.Tick(self.now))
+
+    def send(self, event: Event) -> list[Effect]:
+        effects = self.arbiter.handle(event, self.now)
+        for effect in effects:
+            self._record(effect)
+        return effects
+
+    def _record(self, effect: Effect) -> None:
+        self.log.append((self.now, effect))
+        match effect:
+            case ev.GrantTicket() | ev.RejectTicket():
+                assert effect.ticket not in self.outcome, f"ticket {effect.ticket} answered twice"
+                kind = "granted" if isinstance(effect, ev.GrantTicket) else effect.error.code
+                self.outcome[effect.ticket] = (kind, self.now)
+            case ev.ScheduleWake():
+                self.wake = effect.at
+            case ev.StartModel() if self.start_delay is not None:
+                failing = self.failing.get(effect.model, 0) > 0
+                if failing:
+                    self.failing[effect.model] -= 1
+                reply: Event = (ev.ModelStartFailed(effect.model, "boom") if failing
+                                else ev.ModelReady(effect.model, f"ep:{effect.model}"))
+                self._later(self.start_delay.get(effect.model, 1.0), reply)
+            case ev.StopModel() if self.stop_delay is not None:
+                self._later(self.stop_delay, ev.ModelStopped(effect.model))
+            case _:
+                pass
+
+    def _later(self, delay: float, event: Event) -> None:
+        heapq.heappush(self._queue, (self.now + delay, next(self._ids), event))
+
+    def request(self, model: str, deadline: float | None = None) -> int:
+        ticket = next(self._ids)
+        self.arrived[ticket] = self.now
+        self.send(ev.RequestArrived(ticket, model, deadline))
+        return ticket
+
+    def finish(self, ticket: int) -> None:
+        self.finished.add(ticket)
+        self.send(ev.RequestFinished(ticket))
+
+    def cancel(self, ticket: int) -> None:
+        self.cancelled.add(ticket)
+        self.send(ev.RequestCancelled(ticket))
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward, delivering wake-ups and engine replies at their exact times."""
+        target = self.now + seconds
+        while True:
+            due = [t for t in (self.wake, self._queue[0][0] if self._queue else None) if t is not None]
+            nxt = min(due, default=None)
+            if nxt is None or nxt > target:
+                break
+            self.now = max(self.now, nxt)
+            if self._queue and self._queue[0][0] <= self.now:
+                self.send(heapq.heappop(self._queue)[2])
+            else:
+                self.wake = None
+                self.send(ev.Tick(self.now))
+        self.now = target
+        self.send(ev.Tick(self.now))
+
+    def effects(self, kind: type) -> list[Effect]:
+        return [e for _, e in self.log if isinstance(e, kind)]
+
+    def in_flight(self) -> set[int]:
+        granted = {t for t, (k, _) in self.outcome.items() if k == "granted"}
+        return granted - self.finished - self.cancelled

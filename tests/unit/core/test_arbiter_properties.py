@@ -1,0 +1,129 @@
+"""Property tests over random event sequences for the arbiter (flexinfer.core.arbiter).
+
+Invariants: at most one running model per shared group; every ticket ends exactly once (granted,
+rejected, or withdrawn by its caller); no model is stopped while it has in-flight requests unless the
+drain timeout expired; and a waiting model is served within the starvation bound, given an engine that
+starts and stops within bounded time (the harness answers after at most ``S`` seconds).
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flexinfer.core import arbiter_events as ev
+from flexinfer.core.arbiter_events import ArbiterPolicy
+from support.arbiter_harness import Harness
+from support.recording_engine import make_model
+
+S = 4.0  # engine start/stop bound used by the harness
+POLICY = ArbiterPolicy(max_wait=30, min_hold=10, drain_timeout=15, cold_start_timeout=10_000,
+                       queue_limit=50, restart_backoff=2, restart_backoff_max=8)
+NAMES = ("a", "b", "c", "d")
+MODELS = [make_model("a", group="g", priority=300), make_model("b", group="g", priority=200),
+          make_model("c", group="g", priority=100), make_model("d", idleTimeout="20s")]
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("request"), st.sampled_from(NAMES)),
+    st.tuples(st.just("finish"), st.integers(0, 30)),
+    st.tuples(st.just("cancel"), st.integers(0, 30)),
+    st.tuples(st.just("advance"), st.floats(0, 12)),
+    st.tuples(st.just("fail"), st.sampled_from(NAMES)),
+    st.tuples(st.just("unload"), st.sampled_from(NAMES)),
+), max_size=60)
+
+
+class Checked(Harness):
+    """The harness plus invariant checks on every effect."""
+
+    def _record(self, effect: ev.Effect) -> None:
+        super()._record(effect)
+        if isinstance(effect, ev.StartModel):
+            group = self.arbiter.slots[effect.model].group
+            others = {m for m in self.holding if self.arbiter.slots[m].group == group} if group else set()
+            assert not others, f"{effect.model} started while {others} hold group {group}"
+            self.holding.add(effect.model)
+        elif isinstance(effect, (ev.StopModel,)):
+            busy = [t for t in self.in_flight() if self.arbiter.tickets.get(t, None) and
+                    self.arbiter.tickets[t].model == effect.model]
+            assert not busy or effect.forced, f"{effect.model} stopped with {busy} in flight"
+        elif isinstance(effect, ev.GrantTicket):
+            assert effect.ticket not in self.cancelled
+
+    def send(self, event: ev.Event) -> list[ev.Effect]:
+        if isinstance(event, ev.ModelStopped | ev.ModelStartFailed):
+            self.holding.discard(event.model)  # the engine reports the GPU free before the arbiter hears it
+        return super().send(event)
+
+
+def run(script: list[tuple[str, object]], delays: dict[str, float]) -> Checked:
+    h = Checked.__new__(Checked)
+    h.holding = set()  # type: ignore[attr-defined]
+    Checked.__init__(h, MODELS, POLICY, start_delay=delays, stop_delay=S)
+    for op, arg in script:
+        tickets = sorted(set(h.arrived) - h.finished - h.cancelled)
+        if op == "request":
+            h.request(str(arg))
+        elif op in ("finish", "cancel") and tickets:
+            t = tickets[int(arg) % len(tickets)]  # type: ignore[call-overload]
+            if op == "cancel" or t in h.in_flight():
+                (h.cancel if op == "cancel" else h.finish)(t)
+        elif op == "advance":
+            h.advance(float(arg))  # type: ignore[arg-type]
+        elif op == "fail":
+            h.failing[f"default/{arg}"] = h.failing.get(f"default/{arg}", 0) + 1
+        elif op == "unload":
+            h.send(ev.Unload(str(arg)))
+    return h
+
+
+def quiesce(h: Checked) -> None:
+    """Clients finish everything; time runs on until nothing waits."""
+    for _ in range(40):
+        for t in sorted(h.in_flight()):
+            h.finish(t)
+        h.advance(10)
+
+
+busy_ops = st.lists(st.one_of(
+    st.tuples(st.just("request"), st.sampled_from(NAMES)),
+    st.tuples(st.just("advance"), st.floats(0, 12)),
+), min_size=10, max_size=60)
+"""Clients that never finish: the high-priority holder stays busy, so only the bound gets others in."""
+
+delays_st = st.fixed_dictionaries({f"default/{n}": st.floats(0.0, S) for n in NAMES})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=ops, delays=delays_st)
+def test_every_ticket_ends_exactly_once(script: list[tuple[str, object]], delays: dict[str, float]) -> None:
+    h = run(script, delays)
+    quiesce(h)
+    undecided = set(h.arrived) - set(h.outcome) - h.cancelled
+    assert not undecided, f"tickets never answered: {undecided}"
+    assert not h.arbiter.tickets.keys() - h.in_flight(), "the arbiter still tracks ended tickets"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.one_of(ops, busy_ops), delays=delays_st)
+def test_waiting_model_is_served_within_the_starvation_bound(
+        script: list[tuple[str, object]], delays: dict[str, float]) -> None:
+    h = run(script, delays)
+    quiesce(h)
+    members = 3
+    cycle = POLICY.drain_timeout + 2 * S  # drain the holder, stop it, start the next
+    bound = POLICY.max_wait + S + members * cycle
+    for ticket, (kind, at) in h.outcome.items():
+        if kind == "granted":
+            assert at - h.arrived[ticket] <= bound + 1e-6, (ticket, at - h.arrived[ticket])
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=ops, delays=delays_st)
+def test_shutdown_always_completes(script: list[tuple[str, object]], delays: dict[str, float]) -> None:
+    h = run(script, delays)
+    h.send(ev.Shutdown())
+    h.advance(POLICY.drain_timeout + 2 * S)
+    assert h.effects(ev.ShutdownComplete) == [ev.ShutdownComplete()]
+    assert all(k == "granted" or k != "" for k, _ in h.outcome.values())
+    assert not any(s.queue for s in h.arbiter.slots.values())

@@ -1,0 +1,48 @@
+"""Tests for flexinfer.core.replicas (spec §3.2 desired replicas and per-model timeouts)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flexinfer.api.model import Model
+from flexinfer.core.replicas import ReplicaContext, cold_start_timeout_seconds, desired_replicas, idle_timeout_seconds
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def model(status: dict[str, Any] | None = None, **spec: Any) -> Model:
+    body = {"backend": "llamacpp", "source": "file:///m.gguf", **spec}
+    return Model.model_validate({"metadata": {"name": "m"}, "spec": body, "status": status or {}})
+
+
+def desired(m: Model, **ctx: Any) -> int:
+    return desired_replicas(m, ReplicaContext(now=NOW, **ctx))
+
+
+def ago(seconds: float) -> str:
+    return (NOW - timedelta(seconds=seconds)).isoformat()
+
+
+def test_timeouts_default_and_override() -> None:
+    assert idle_timeout_seconds(model()) == 300
+    assert idle_timeout_seconds(model(backend="comfyui")) == 600
+    assert idle_timeout_seconds(model(serverless={"idleTimeout": "90s"})) == 90
+    assert cold_start_timeout_seconds(model(), 60) == 60
+    assert cold_start_timeout_seconds(model(serverless={"coldStartTimeout": "2m"}), 60) == 120
+
+
+def test_rules_in_order() -> None:
+    assert desired(model(), kv_cache_evicted=True) == 0
+    queued = model({"sharedGroup": {"state": "Queued"}, "lastActiveTime": ago(1)}, gpu={"shared": "g"})
+    assert desired(queued) == 0
+    assert desired(model(serverless={"enabled": False})) == 1
+    assert desired(model()) == 0
+    assert desired(model(serverless={"minReplicas": 2})) == 2
+    assert desired(model(config={"warmPolicy": "primary"})) == 1
+    assert desired(model(config={"warmPolicy": "primary"}), warm_primary_allowed=False) == 0
+    assert desired(model({"phase": "Loading", "lastActiveTime": ago(3600)})) == 1, "never reap mid-load"
+    assert desired(model({"phase": "Ready", "lastActiveTime": ago(301)})) == 0
+    assert desired(model({"phase": "Ready", "lastActiveTime": ago(299)})) == 1
+    active = model({"sharedGroup": {"state": "Active"}, "lastActiveTime": ago(1)}, gpu={"shared": "g"})
+    assert desired(active) == 1

@@ -1,0 +1,119 @@
+"""Tests for flexinfer.observability.metrics: exact samples for scripted lifecycles (through the real
+dispatcher and arbiter), bounded labels, series removal, and ``promtool check metrics`` on the exposition."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
+from flexinfer.runtime.dispatcher import Dispatcher
+from support.prometheus import check_metrics
+from support.recording_engine import FakeClock, RecordingEngine, make_model
+
+LAT = {"model": "a", "namespace": "default", "backend": "llamacpp"}
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+async def scripted_swap(registry: CollectorRegistry) -> LifecycleMetrics:
+    """b holds the GPU; a request for a (higher priority) swaps it in; a is Ready 35 s after the decision."""
+    clock, engine = FakeClock(0.0), RecordingEngine(stages=())
+    metrics = LifecycleMetrics(registry)
+    a, b = make_model("a", group="g", priority=200), make_model("b", group="g", priority=100)
+    async with Dispatcher(engine, [a, b], clock=clock, auto_tick=False, observer=metrics) as d:
+        (await d.acquire("b")).release()
+        clock.advance(100)
+        engine.hold(a.key)
+        pending = asyncio.ensure_future(d.acquire("a"))
+        await engine.wait_call("start", a.key)
+        clock.advance(35)
+        engine.open(a.key)
+        (await pending).release()
+        await d.wait_for(lambda: d.snapshot()[0].in_flight == 0, 5)
+    return metrics
+
+
+async def test_swap_timeline_exact_samples() -> None:
+    registry = CollectorRegistry()
+    await scripted_swap(registry)
+    swap = {**LAT, "group": "g"}
+    assert value(registry, "flexinfer_model_swap_duration_seconds_count", **swap) == 1
+    assert value(registry, "flexinfer_model_swap_duration_seconds_sum", **swap) == 35
+    assert value(registry, "flexinfer_model_swap_duration_seconds_bucket", **swap, le="34.0") == 0
+    assert value(registry, "flexinfer_model_swap_duration_seconds_bucket", **swap, le="55.0") == 1
+    cold = {**LAT, "cache_strategy": "Memory"}
+    assert value(registry, "flexinfer_model_cold_start_duration_seconds_sum", **cold) == 35
+    assert value(registry, "flexinfer_model_phase", model="a", namespace="default", phase="Idle") == 1
+    assert value(registry, "flexinfer_model_phase", model="a", namespace="default", phase="Ready") == 0
+    assert value(registry, "flexinfer_sharedgroup_preemptions_total", group="g", namespace="default",
+                 **{"from": "b", "to": "a"}) == 1
+    assert value(registry, "flexinfer_model_transitions_total", model="b", namespace="default",
+                 reason="reconcile", **{"from": "Ready", "to": "Preempted"}) == 1
+    assert value(registry, "flexinfer_sharedgroup_state", group="g", model="b", namespace="default",
+                 state="Preempted") == 1
+    assert value(registry, "flexinfer_model_startup_stage_duration_seconds_sum", **LAT, stage="drain") == 0
+    assert value(registry, "flexinfer_model_startup_stage_duration_seconds_sum", **LAT, stage="server_start") == 35
+
+
+def test_stage_labels_bounded_and_forget_removes_series() -> None:
+    registry = CollectorRegistry()
+    metrics = LifecycleMetrics(registry)
+    model = make_model("a")
+    metrics.stage(model, "made_up", 1.0)
+    metrics.stage(model, "staging", 2.0)
+    metrics.phase_changed(model, "Idle", "Pending")
+    metrics.cold_start(model, 3.0)
+    text = generate_latest(registry).decode()
+    assert "made_up" not in text and 'stage="staging"' in text
+    metrics.forgotten(model)
+    assert 'model="a"' not in generate_latest(registry).decode()
+
+
+def test_reconcile_metrics() -> None:
+    registry = CollectorRegistry()
+    metrics = LifecycleMetrics(registry)
+    metrics.reconcile_duration("model", 0.2)
+    metrics.reconcile_error("model")
+    assert value(registry, "flexinfer_reconcile_duration_seconds_bucket", controller="model", le="0.25") == 1
+    assert value(registry, "flexinfer_reconcile_errors_total", controller="model") == 1
+
+
+def test_proxy_metrics_label_only_declared_models() -> None:
+    registry = CollectorRegistry()
+    proxy = ProxyMetrics(registry, ["a"])
+    assert value(registry, "flexinfer_proxy_requests_total", model="a", status="success") == 0
+    proxy.request_finished("a", "success", 0.3)
+    proxy.request_finished("nope", "error", 0.1)
+    proxy.request_finished(None, "weird-status", 0.1)
+    assert value(registry, "flexinfer_proxy_requests_total", model="", status="error") == 2
+    proxy.wait_started("a")
+    assert value(registry, "flexinfer_proxy_queue_depth", model="a") == 1
+    proxy.wait_finished("a", 4.0, "granted")
+    proxy.wait_started("a")
+    proxy.wait_finished("a", 2.0, "rejected")
+    assert value(registry, "flexinfer_proxy_queue_depth", model="a") == 0
+    assert value(registry, "flexinfer_proxy_queue_rejected_total", model="a") == 1
+    assert value(registry, "flexinfer_proxy_activation_duration_seconds_sum", model="a", result="success") == 4
+    assert value(registry, "flexinfer_proxy_queue_wait_duration_seconds_count", model="a") == 2
+    proxy.declare_models(["b"])
+    assert 'model="a"' not in generate_latest(registry).decode()
+
+
+async def test_exposition_passes_promtool() -> None:
+    registry = CollectorRegistry()
+    metrics = await scripted_swap(registry)
+    metrics.reconcile_duration("model", 0.1)
+    metrics.reconcile_error("model")
+    proxy = ProxyMetrics(registry, ["a", "b"])
+    proxy.request_finished("a", "success", 0.5)
+    proxy.connection_opened("a")
+    proxy.wait_started("b")
+    proxy.wait_finished("b", 1.0, "timeout")
+    proxy.rate_limited("a", "model")
+    proxy.shutdown("completed", 2.0)
+    result = check_metrics(generate_latest(registry))
+    assert result.ok, (result.error, result.findings)

@@ -1,0 +1,156 @@
+"""End-to-end tests of flexinfer.runtime.dispatcher with the recording engine and a hand-driven clock:
+joins, swaps with drains, cancellation, timeouts, failures, preload/unload, snapshots, replace, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.errors import (
+    ColdStartTimeoutError,
+    ModelFailedError,
+    ModelNotFoundError,
+    QueueFullError,
+    ShuttingDownError,
+)
+from flexinfer.runtime.dispatcher import Dispatcher
+from flexinfer.runtime.observer import ActivationRecord, NullObserver
+from support.recording_engine import FakeClock, RecordingEngine, make_model
+
+POLICY = ArbiterPolicy(max_wait=30, min_hold=0, drain_timeout=20, cold_start_timeout=60, queue_limit=2)
+A, B = "default/a", "default/b"
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+
+
+class Records(NullObserver):
+    def __init__(self) -> None:
+        self.activations: list[ActivationRecord] = []
+
+    def activation(self, record: ActivationRecord) -> None:
+        self.activations.append(record)
+
+
+def pair(engine: RecordingEngine, clock: FakeClock, **kw: object) -> Dispatcher:
+    models = [make_model("a", group="g", priority=100), make_model("b", group="g", priority=200)]
+    return Dispatcher(engine, models, policy=POLICY, clock=clock, auto_tick=False, **kw)  # type: ignore[arg-type]
+
+
+async def test_joiners_share_one_start_and_on_wait_fires_once(engine: RecordingEngine, clock: FakeClock) -> None:
+    engine.hold(A)
+    reasons: list[str] = []
+    records = Records()
+    async with pair(engine, clock, observer=records) as d:
+        async def call(rid: str) -> float:
+            request_id.set(rid)
+            grant = await d.acquire("a", on_wait=reasons.append)
+            grant.release()
+            return grant.waited_seconds
+        tasks = [asyncio.create_task(call(f"r{i}")) for i in range(2)]
+        await engine.wait_call("start", A)
+        await d.wait_for(lambda: d.snapshot()[0].queue_depth == 2, 5)
+        clock.advance(3)
+        engine.open(A)
+        assert await asyncio.gather(*tasks) == [3.0, 3.0]
+    assert engine.count("start", A) == 1 and reasons == ["cold_start", "cold_start"]
+    [record] = records.activations
+    assert record.kind == "cold_start" and record.end - record.start == 3.0
+    assert sorted(ctx.run(request_id.get) for ctx in record.triggers) == ["r0", "r1"]
+
+
+async def test_swap_waits_for_in_flight_then_starts_winner(engine: RecordingEngine, clock: FakeClock) -> None:
+    async with pair(engine, clock) as d:
+        grant_a = await d.acquire("a")
+        waiting_b = asyncio.create_task(d.acquire("b"))
+        await d.wait_for(lambda: d.snapshot()[0].draining, 5)
+        assert engine.count("stop", A) == 0, "in-flight request on a: no stop yet"
+        grant_a.release()
+        grant_b = await waiting_b
+        assert grant_b.activation == "swap"
+        assert engine.calls.index(("stop", A)) < engine.calls.index(("start", B))
+        states = {s.name: s for s in d.snapshot()}
+        assert states["a"].phase == "Preempted" and states["b"].phase == "Ready"
+        assert states["b"].last_swap_age == 0.0 and states["b"].endpoint is not None
+        grant_b.release()
+
+
+async def test_drain_timeout_stops_a_stuck_incumbent(engine: RecordingEngine, clock: FakeClock) -> None:
+    async with pair(engine, clock) as d:
+        await d.acquire("a")  # never released
+        waiting_b = asyncio.create_task(d.acquire("b"))
+        await d.wait_for(lambda: d.snapshot()[0].draining, 5)
+        assert d.next_wake == clock.now + 20
+        clock.advance(20)
+        await d.tick()
+        (await waiting_b).release()
+        assert engine.count("stop", A) == 1
+
+
+async def test_cancelled_waiter_is_withdrawn(engine: RecordingEngine, clock: FakeClock) -> None:
+    engine.hold(A)
+    async with pair(engine, clock) as d:
+        task = asyncio.create_task(d.acquire("a"))
+        await engine.wait_call("start", A)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await d.wait_for(lambda: d.snapshot()[0].queue_depth == 0, 5)
+        engine.open(A)
+        await d.wait_for(lambda: d.snapshot()[0].phase == "Ready", 5)
+        assert d.snapshot()[0].in_flight == 0
+
+
+async def test_errors_are_typed(engine: RecordingEngine, clock: FakeClock) -> None:
+    engine.hold(A)
+    async with pair(engine, clock) as d:
+        with pytest.raises(ModelNotFoundError):
+            await d.acquire("zzz")
+        waiting = [asyncio.create_task(d.acquire("a")) for _ in range(2)]
+        await d.wait_for(lambda: d.snapshot()[0].queue_depth == 2, 5)
+        with pytest.raises(QueueFullError):
+            await d.acquire("a")
+        clock.advance(60)
+        await d.tick()
+        for task in waiting:
+            with pytest.raises(ColdStartTimeoutError):
+                await task
+        engine.open(A)
+
+
+async def test_start_failure_rejects_with_model_failed(engine: RecordingEngine, clock: FakeClock) -> None:
+    engine.fail_next(A, "weights missing")
+    async with pair(engine, clock) as d:
+        with pytest.raises(ModelFailedError, match="weights missing"):
+            await d.acquire("a")
+        assert d.snapshot()[0].phase == "Failed"
+
+
+async def test_preload_unload_replace_and_shutdown(engine: RecordingEngine, clock: FakeClock) -> None:
+    d = pair(engine, clock)
+    d.start()
+    assert await d.preload("a", wait=True, timeout=5) == "Ready"
+    await d.unload("a")
+    await engine.wait_call("stop", A)
+    await d.replace_models([make_model("b", group="g", priority=200)])
+    assert [s.name for s in d.snapshot()] == ["b"]
+    grant = await d.acquire("b")
+    waiting = asyncio.create_task(d.shutdown(drain_timeout=5))
+    await d.wait_for(lambda: d.snapshot()[0].draining, 5)
+    with pytest.raises(ShuttingDownError):
+        await d.acquire("b")
+    grant.release()
+    await waiting
+    assert engine.running == set()
+    with pytest.raises(ShuttingDownError):
+        await d.acquire("b")
+
+
+async def test_auto_tick_fires_deadlines_on_the_real_clock(engine: RecordingEngine) -> None:
+    engine.hold(A)
+    models = [make_model("a", coldStartTimeout="50ms")]
+    async with Dispatcher(engine, models) as d:
+        with pytest.raises(ColdStartTimeoutError):
+            await asyncio.wait_for(d.acquire("a"), 5)
+        engine.open(A)
