@@ -1,0 +1,148 @@
+"""The proxy's aiohttp application and server: routes, error middleware, start-up and graceful shutdown.
+
+``create_app(config, activator, catalog, registry=…, metrics=…, tracer=…)`` builds the application;
+``ProxyServer`` runs it on a TCP port with handler cancellation on client disconnect and drains on
+shutdown; ``run(...)`` serves until a stop event is set. Called by ``flexinfer.assembly`` (run_local,
+run_proxy), the proxy tests and ``bench/proxy_overhead.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from flexinfer.core.errors import RequestError
+from flexinfer.proxy.config import ProxyConfig
+from flexinfer.proxy.draining import DrainState
+from flexinfer.proxy.errors import InternalError, MethodNotAllowedError, RouteNotFoundError, error_response
+from flexinfer.proxy.forwarding import Forwarder
+from flexinfer.proxy.handler import ProxyHandler
+from flexinfer.proxy.hooks import NullMetrics, NullTracer, ProxyMetrics, ProxyTracer
+from flexinfer.proxy.models import model_list
+from flexinfer.runtime.ports import Activator, Catalog
+
+log = logging.getLogger(__name__)
+
+DRAIN = web.AppKey("flexinfer_proxy_drain", DrainState)
+METRICS = web.AppKey("flexinfer_proxy_metrics", ProxyMetrics)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Turn every error outside the proxied flow into the OpenAI envelope (never a traceback)."""
+    try:
+        return await handler(request)
+    except RequestError as error:
+        return error_response(error)
+    except web.HTTPMethodNotAllowed:
+        return error_response(MethodNotAllowedError(f"Method {request.method} not allowed on {request.path}"))
+    except web.HTTPNotFound:
+        return error_response(RouteNotFoundError(f"Unknown path {request.path}"))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return error_response(InternalError())
+
+
+def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
+               registry: CollectorRegistry | None = None, metrics: ProxyMetrics | None = None,
+               tracer: ProxyTracer | None = None) -> web.Application:
+    """The proxy application. ``registry`` is rendered on ``/metrics`` (404 when ``None``)."""
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
+    drain, forwarder = DrainState(), Forwarder(config.upstream_connect_timeout)
+    app[DRAIN], app[METRICS] = drain, metrics or NullMetrics()
+    proxied = ProxyHandler(config, activator=activator, catalog=catalog, forwarder=forwarder,
+                           metrics=app[METRICS], tracer=tracer or NullTracer(), drain=drain)
+
+    async def list_models(request: web.Request) -> web.Response:
+        if request.method != "GET":
+            raise MethodNotAllowedError(f"Method {request.method} not allowed on /v1/models")
+        proxied.auth.check(request.headers.get("Authorization"))
+        return web.json_response(model_list(catalog.models()))
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="draining", status=503) if drain.draining else web.Response(text="ok")
+
+    async def metrics_page(_: web.Request) -> web.Response:
+        if registry is None:
+            raise RouteNotFoundError("metrics are not enabled")
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_page)
+    app.router.add_route("*", "/v1/models", list_models)
+    app.router.add_route("*", "/v1/{tail:.*}", proxied.handle)
+    app.router.add_route("*", "/model/{name}/{tail:.*}", proxied.handle)
+    app.on_startup.append(lambda _: forwarder.start())
+    app.on_cleanup.append(lambda _: forwarder.close())
+    return app
+
+
+async def _healthz(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+class ProxyServer:
+    """Serves one proxy application on a TCP port and shuts it down gracefully."""
+
+    def __init__(self, app: web.Application, config: ProxyConfig) -> None:
+        self._app, self._config = app, config
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        self._site: web.TCPSite | None = None
+        self.port = 0
+        self.closed = False
+
+    @property
+    def state(self) -> DrainState:
+        """Readiness, accepting and in-flight state (for operators and tests)."""
+        return self._app[DRAIN]
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen on ``host:port`` (0 = a free port); return the bound port."""
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, host, port, backlog=1024)
+        await self._site.start()
+        server = self._site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        return self.port
+
+    async def shutdown(self) -> str:
+        """Drain: /readyz → 503, wait the drain delay, stop accepting, wait for in-flight requests
+        (bounded by the graceful timeout), then close. Returns ``completed`` or ``timeout``."""
+        drain, metrics = self._app[DRAIN], self._app[METRICS]
+        if drain.draining:
+            return "completed"
+        started = time.monotonic()
+        drain.draining = True
+        metrics.shutdown("started", 0.0)
+        await asyncio.sleep(self._config.shutdown_drain_delay)
+        if self._site is not None:
+            await self._site.stop()
+        drain.accepting = False
+        idle = await drain.wait_idle(self._config.graceful_shutdown_timeout)
+        await self._runner.cleanup()
+        self.closed = True
+        result = "completed" if idle else "timeout"
+        metrics.shutdown(result, time.monotonic() - started)
+        return result
+
+
+async def run(app: web.Application, config: ProxyConfig, *, host: str, port: int, stop: asyncio.Event,
+              on_ready: Callable[[int], None] | None = None) -> str:
+    """Serve until ``stop`` is set, then shut down gracefully; returns the shutdown result."""
+    server = ProxyServer(app, config)
+    bound = await server.start(host, port)
+    log.info("proxy listening on http://%s:%d", host, bound)
+    if on_ready is not None:
+        on_ready(bound)
+    await stop.wait()
+    return await server.shutdown()

@@ -1,0 +1,154 @@
+"""The per-request flow of a proxied OpenAI call.
+
+auth → body limit (413) → model resolution (400/404, aliases, parked) → rate limit (429) → per-model
+concurrency → ``Activator.acquire`` (queue/cold start/swap; loading comments on streams) → body rewrite to
+the served model name → forward and relay → ``Grant.release`` exactly once. Every failure becomes an
+OpenAI error via ``Reply.fail``. Metrics and the request span are closed in one ``finally``. Built by
+``app.create_app``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from aiohttp import web
+
+from flexinfer.core.errors import ModelNotFoundError, PayloadTooLargeError, RequestError, ShuttingDownError
+from flexinfer.proxy.admission import Admission
+from flexinfer.proxy.auth import BearerAuth
+from flexinfer.proxy.config import ProxyConfig
+from flexinfer.proxy.draining import DrainState
+from flexinfer.proxy.errors import InternalError, ModelParkedError, metric_status
+from flexinfer.proxy.forwarding import Forwarder, upstream_headers
+from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
+from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
+from flexinfer.proxy.routing import MODEL_HEADER, RoutedRequest, rewrite_body, route
+from flexinfer.proxy.streaming import Reply
+from flexinfer.runtime.ports import Activator, Catalog, ModelView
+
+log = logging.getLogger(__name__)
+
+
+class _Outcome:
+    """What the metrics and the span record about one request."""
+
+    __slots__ = ("error", "http_status", "model", "status")
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+        self.http_status: int | None = None
+        self.status = "error"
+        self.error: str | None = None
+
+
+class ProxyHandler:
+    """The aiohttp handler for ``/v1/*`` and ``/model/<name>/*``."""
+
+    def __init__(self, config: ProxyConfig, *, activator: Activator, catalog: Catalog, forwarder: Forwarder,
+                 metrics: ProxyMetrics, tracer: ProxyTracer, drain: DrainState) -> None:
+        self._config, self._catalog, self._forwarder = config, catalog, forwarder
+        self._metrics, self._tracer, self._drain = metrics, tracer, drain
+        self.auth = BearerAuth(config.auth_token if config.auth_enabled else None)
+        self._limiter = RateLimiter(
+            config.rate_limit_per_model, config.rate_limit_burst,
+            config.rate_limit_global, config.rate_limit_global_burst,
+        ) if config.rate_limit_enabled else None
+        self._concurrency = ConcurrencyLimiter(config.max_concurrency_per_model)
+        self._admission = Admission(activator, metrics, config.wait_timeout, config.loading_comment_interval)
+        dropped = {MODEL_HEADER.lower()} | ({"authorization"} if config.auth_enabled else set())
+        self._dropped_headers = frozenset(dropped)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Answer one proxied request (the route handler)."""
+        started = time.perf_counter()
+        trace = self._tracer.start_request(request.method, request.path, request.headers)
+        request_id = request.headers.get("X-Request-ID") or uuid.uuid4().hex
+        reply, outcome = Reply(request, {"X-Request-ID": request_id}), _Outcome()
+        trace.set_attribute("request.id", request_id)
+        self._drain.enter()
+        try:
+            return await self._answer(request, reply, trace, outcome)
+        finally:
+            self._drain.leave()
+            self._metrics.request_finished(outcome.model, outcome.status, time.perf_counter() - started)
+            trace.end(outcome.http_status, outcome.error)
+
+    async def _answer(self, request: web.Request, reply: Reply, trace: RequestTrace,
+                      outcome: _Outcome) -> web.StreamResponse:
+        try:
+            await self._serve(request, reply, trace, outcome)
+            assert reply.response is not None
+            outcome.http_status = reply.response.status
+            outcome.status = "success" if reply.response.status < 400 else "error"
+            return reply.response
+        except RequestError as error:
+            outcome.status, outcome.error, outcome.http_status = metric_status(error), error.code, error.status
+            return await reply.fail(error)
+        except asyncio.CancelledError:
+            outcome.status, outcome.error = "cancelled", "client disconnected"
+            raise
+        except ConnectionError:
+            outcome.status, outcome.error = "cancelled", "client disconnected"
+            return reply.response or web.Response(status=499)
+        except Exception:
+            log.exception("unexpected error while proxying %s %s", request.method, request.path)
+            outcome.error = "internal"
+            return await reply.fail(InternalError())
+
+    async def _serve(self, request: web.Request, reply: Reply, trace: RequestTrace, outcome: _Outcome) -> None:
+        if not self._drain.accepting:
+            raise ShuttingDownError("The proxy is shutting down, retry on another instance")
+        self.auth.check(request.headers.get("Authorization"))
+        body = await self._read_body(request)
+        routed = route(request.headers, request.path, request.query_string, body)
+        view = self._resolve(routed.model, outcome)
+        trace.set_attribute("flexinfer.model", view.name)
+        self._rate_limit(view.name)
+        async with self._concurrency.slot(view.name, self._config.wait_timeout):
+            grant = await self._admission.acquire(view.name, trace, reply if routed.streaming else None)
+            self._metrics.connection_opened(view.name)
+            try:
+                await self._forward(request, reply, trace, routed=routed, view=view, body=body,
+                                    base_url=grant.endpoint.base_url)
+            finally:
+                grant.release()
+                self._metrics.connection_closed(view.name)
+
+    async def _forward(self, request: web.Request, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,
+                       view: ModelView, body: bytes, base_url: str) -> None:
+        headers = upstream_headers(request.headers, self._dropped_headers)
+        new_body = rewrite_body(body, routed.payload, view.served_model_name)
+        url = base_url.rstrip("/") + routed.upstream_path
+        await self._forwarder.relay(reply, method=request.method, url=url, headers=headers, body=new_body,
+                                    trace=trace)
+        await reply.finish()
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self._config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise PayloadTooLargeError(f"Request body of {request.content_length} bytes exceeds the limit of {limit}")
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes") from None
+
+    def _resolve(self, name: str, outcome: _Outcome) -> ModelView:
+        view = self._catalog.resolve(name)
+        if view is None:
+            raise ModelNotFoundError(name)
+        outcome.model = view.name
+        if view.parked:
+            raise ModelParkedError(name)
+        return view
+
+    def _rate_limit(self, model: str) -> None:
+        if self._limiter is None:
+            return
+        try:
+            self._limiter.check(model)
+        except RateLimitExceededError as error:
+            self._metrics.rate_limited(model, error.scope)
+            raise

@@ -1,0 +1,89 @@
+"""Which model a request is for, and what to forward: the proxy's request routing rules.
+
+Sources in order (spec §6.3 step 4): the ``X-Model-ID`` header; a ``/model/<name>/…`` path prefix (stripped
+before forwarding); the JSON body's top-level ``model``. None → 400 ``missing_required_field``. The body is
+rewritten so its ``model`` is the backend's served model name. Pure functions over bytes and strings;
+called by ``handler.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flexinfer.core.errors import BadRequestError
+
+MODEL_HEADER = "X-Model-ID"
+PATH_PREFIX = "/model/"
+
+
+@dataclass(frozen=True)
+class RoutedRequest:
+    """A request's model name, where it came from, and the upstream path (prefix stripped, query kept)."""
+
+    model: str
+    source: str
+    """``header``, ``path`` or ``body``."""
+    upstream_path: str
+    payload: dict[str, Any] | None
+    """The JSON body when it is an object, else ``None`` (then the body is forwarded untouched)."""
+
+    @property
+    def streaming(self) -> bool:
+        """True when the client asked for an SSE stream (``"stream": true``)."""
+        return bool(self.payload is not None and self.payload.get("stream") is True)
+
+
+def route(headers: Mapping[str, str], path: str, query: str, body: bytes) -> RoutedRequest:
+    """Resolve the requested model name; raise ``BadRequestError`` when there is none."""
+    upstream_path, path_model = split_model_prefix(path)
+    if query:
+        upstream_path = f"{upstream_path}?{query}"
+    header_model = headers.get(MODEL_HEADER, "").strip()
+    payload = _payload(body, required=not (header_model or path_model))
+    if header_model:
+        return RoutedRequest(header_model, "header", upstream_path, payload)
+    if path_model:
+        return RoutedRequest(path_model, "path", upstream_path, payload)
+    body_model = payload.get("model") if payload is not None else None
+    if isinstance(body_model, str) and body_model.strip():
+        return RoutedRequest(body_model.strip(), "body", upstream_path, payload)
+    raise BadRequestError(
+        "you must provide a model parameter (JSON body `model`, header X-Model-ID, or /model/<name>/ prefix)",
+        code="missing_required_field", param="model",
+    )
+
+
+def split_model_prefix(path: str) -> tuple[str, str | None]:
+    """``/model/<name>/rest`` → (``/rest``, name); any other path → (path, None)."""
+    if not path.startswith(PATH_PREFIX):
+        return path, None
+    name, sep, rest = path[len(PATH_PREFIX):].partition("/")
+    if not name:
+        return path, None
+    return "/" + rest if sep else "/", name
+
+
+def rewrite_body(body: bytes, payload: dict[str, Any] | None, served_model_name: str) -> bytes:
+    """The body with its ``model`` set to the served model name (unchanged when not a JSON object)."""
+    if payload is None or payload.get("model") == served_model_name:
+        return body
+    return json.dumps({**payload, "model": served_model_name}, separators=(",", ":")).encode()
+
+
+def _payload(body: bytes, required: bool) -> dict[str, Any] | None:
+    """Parse a JSON object body; a body that is not JSON is an error only when the model must come from it."""
+    stripped = body.lstrip()
+    if not stripped.startswith(b"{"):
+        if required and stripped:
+            raise BadRequestError("request body is not a JSON object", param="model")
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        if required:
+            raise BadRequestError("request body is not valid JSON") from None
+        return None
+    return parsed if isinstance(parsed, dict) else None

@@ -1,0 +1,141 @@
+"""Fixtures for the proxy tests: an in-test Activator and Catalog (not the dispatcher), the fake OpenAI
+upstream on a real socket, and a factory that starts the proxy on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry
+
+from flexinfer.core.errors import RequestError
+from flexinfer.proxy.app import ProxyServer, create_app
+from flexinfer.proxy.config import ProxyConfig
+from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer
+from flexinfer.runtime.ports import Endpoint, Grant, ModelView
+from support.fake_openai import FakeOpenAI, Script
+
+
+class StubCatalog:
+    """Models by name, resolvable by their aliases too."""
+
+    def __init__(self, views: Sequence[ModelView]) -> None:
+        self.views = list(views)
+
+    def resolve(self, name: str) -> ModelView | None:
+        for view in self.views:
+            if name == view.name or name in view.aliases:
+                return view
+        return None
+
+    def models(self) -> Sequence[ModelView]:
+        return self.views
+
+
+@dataclass
+class StubActivator:
+    """Grants at once unless scripted: ``gates[model]`` makes requests wait (calling on_wait) until the event
+    is set; ``errors[model]`` raises after the wait. Counts every grant's releases."""
+
+    base_url: str = ""
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    errors: dict[str, RequestError] = field(default_factory=dict)
+    acquired: int = 0
+    withdrawn: int = 0
+    releases: Counter[int] = field(default_factory=Counter)
+    waiting: asyncio.Event = field(default_factory=asyncio.Event)
+    timeouts: list[float | None] = field(default_factory=list)
+
+    async def acquire(self, model: str, timeout: float | None = None,
+                      on_wait: Callable[[str], None] | None = None) -> Grant:
+        self.timeouts.append(timeout)
+        gate = self.gates.get(model)
+        if gate is not None and not gate.is_set():
+            if on_wait is not None:
+                on_wait("cold_start")
+            self.waiting.set()
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                self.withdrawn += 1
+                raise
+        if model in self.errors:
+            raise self.errors[model]
+        self.acquired += 1
+        number = self.acquired
+        self.releases[number] += 0
+        return Grant(model, Endpoint(self.base_url), lambda: self.releases.update([number]))
+
+    def assert_released_once(self) -> None:
+        assert all(count == 1 for count in self.releases.values()), dict(self.releases)
+
+    async def wait_released(self, count: int, timeout: float = 5.0) -> None:
+        """Poll (with a deadline) until ``count`` grants were released."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while sum(1 for c in self.releases.values() if c) < count:
+            assert loop.time() < deadline, f"releases {dict(self.releases)}"
+            await asyncio.sleep(0.005)
+
+
+def view(name: str, **kwargs: object) -> ModelView:
+    defaults: dict[str, object] = {"namespace": "default", "backend": "llamacpp", "served_model_name": f"{name}-served",
+                                   "phase": "Ready", "group": "gpu0", "created": 1700000000.0}
+    defaults.update(kwargs)
+    return ModelView(name=name, **defaults)  # type: ignore[arg-type]
+
+
+DEFAULT_VIEWS = [view("alpha", aliases=("a",)), view("beta"), view("sleepy", parked=True)]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI(Script(chunks=4))
+    test_server = TestServer(server.app())
+    await test_server.start_server()
+    server.base_url = str(test_server.make_url("")).rstrip("/")
+    yield server
+    await test_server.close()
+
+
+@dataclass
+class Proxy:
+    """A started proxy plus what it was built with."""
+
+    url: str
+    activator: StubActivator
+    catalog: StubCatalog
+    server: ProxyServer
+    session: aiohttp.ClientSession
+    registry: CollectorRegistry
+
+
+ProxyFactory = Callable[..., Awaitable[Proxy]]
+
+
+@pytest.fixture
+async def make_proxy(fake: FakeOpenAI) -> AsyncIterator[ProxyFactory]:
+    started: list[Proxy] = []
+
+    async def factory(config: ProxyConfig | None = None, *, metrics: ProxyMetrics | None = None,
+                      tracer: ProxyTracer | None = None, **overrides: object) -> Proxy:
+        cfg = replace(config or ProxyConfig(shutdown_drain_delay=0.0, loading_comment_interval=0.05), **overrides)
+        activator = StubActivator(base_url=fake.base_url)
+        catalog, registry = StubCatalog(DEFAULT_VIEWS), CollectorRegistry()
+        app = create_app(cfg, activator, catalog, registry=registry, metrics=metrics, tracer=tracer)
+        server = ProxyServer(app, cfg)
+        port = await server.start("127.0.0.1", 0)
+        proxy = Proxy(f"http://127.0.0.1:{port}", activator, catalog, server, aiohttp.ClientSession(), registry)
+        started.append(proxy)
+        return proxy
+
+    yield factory
+    for proxy in started:
+        await proxy.session.close()
+        if proxy.server.port and not proxy.server.closed:
+            await proxy.server.shutdown()
