@@ -18,21 +18,37 @@ import flexinfer.cli as cli_package
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every discovered subcommand."""
+def command_modules() -> dict[str, str]:
+    """Subcommand name → module name, found without importing anything (``flash_load`` → ``flash-load``)."""
+    return {
+        info.name.replace("_", "-"): info.name
+        for info in sorted(pkgutil.iter_modules(cli_package.__path__), key=lambda m: m.name)
+        if info.name != "main"
+    }
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; with ``only``, just that subcommand is imported (fast start-up for the
+    flash-loader init container), otherwise every subcommand (for ``--help``)."""
     parser = argparse.ArgumentParser(
         prog="flexinfer", description="Inference control plane for on-prem GPUs.",
     )
     parser.add_argument("--version", action="version", version=f"flexinfer {flexinfer.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(cli_package.__path__), key=lambda m: m.name):
-        if info.name == "main":
+    modules = command_modules()
+    for name, module_name in modules.items():
+        if only is not None and name != only:
             continue
-        module = importlib.import_module(f"flexinfer.cli.{info.name}")
+        module = importlib.import_module(f"flexinfer.cli.{module_name}")
         if hasattr(module, "add_parser") and hasattr(module, "run"):
             sub = module.add_parser(subparsers)
             sub.set_defaults(handler=module.run)
     return parser
+
+
+def _requested_command(argv: Sequence[str]) -> str | None:
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in command_modules() else None
 
 
 def report(error: FlexInferError) -> None:
@@ -46,8 +62,9 @@ def report(error: FlexInferError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_requested_command(arguments))
+    args = parser.parse_args(arguments)
     if getattr(args, "handler", None) is None:
         parser.print_help(sys.stderr)
         return 2

@@ -1,0 +1,214 @@
+"""The staging process: clean, scan, plan, check space, copy in parallel, verify, report.
+
+``stage()`` is the library entry point (the local engine awaits it; ``flexinfer flash-load`` runs it with
+``asyncio.run``). The blocking work runs in worker threads: ``stage_blocking`` on one executor thread, and
+the copy/hash units on a pool of ``settings.concurrency`` threads. Cancelling ``stage()`` stops the workers
+after their current chunk and leaves no temp file under a final name.
+
+Whole-run problems (missing source, no space, a destination path in the way) raise ``StagingError``;
+per-file problems are collected in ``StageReport.failures``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from pathlib import Path
+
+from flexinfer.core.errors import InsufficientSpaceError, StagingError
+from flexinfer.flashloader.config import StageSettings
+from flexinfer.flashloader.copying import FileCopy, RangeCopier
+from flexinfer.flashloader.plan import CopyPlan, SourceFile, apply_variant, build_plan, demote, required_space
+from flexinfer.flashloader.plan import split_ranges as _split
+from flexinfer.flashloader.progress import NullProgress, ProgressSink
+from flexinfer.flashloader.report import FileIssue, StageReport
+from flexinfer.flashloader.verification import changed_files, check_expected
+from flexinfer.flashloader.walk import walk_destination, walk_source
+
+FreeSpace = Callable[[str], int]
+
+
+def statvfs_free(path: str) -> int:
+    """Bytes available to unprivileged writers on the filesystem holding ``path``."""
+    info = os.statvfs(path)
+    return info.f_bavail * info.f_frsize
+
+
+async def stage(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], settings: StageSettings | None = None,
+    progress: ProgressSink | None = None, *, free_space: FreeSpace | None = None,
+) -> StageReport:
+    """Stage ``src`` into ``dst`` without blocking the event loop; see ``stage_blocking``."""
+    cancel = threading.Event()
+    call = functools.partial(stage_blocking, src, dst, settings, progress, cancel=cancel, free_space=free_space)
+    future = asyncio.get_running_loop().run_in_executor(None, call)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        cancel.set()
+        with contextlib.suppress(Exception):
+            await future
+        raise
+
+
+def stage_blocking(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], settings: StageSettings | None = None,
+    progress: ProgressSink | None = None, *, cancel: threading.Event | None = None,
+    free_space: FreeSpace | None = None,
+) -> StageReport:
+    """Copy every selected file of ``src`` into ``dst`` (incrementally); returns the report.
+
+    Unexpected OS errors outside a single file's copy (e.g. an unreadable destination directory) become
+    ``StagingError`` so callers see one error type.
+    """
+    try:
+        return _stage(Path(src), Path(dst), settings or StageSettings(), progress or NullProgress(), cancel=cancel,
+                      free_space=free_space)
+    except OSError as error:
+        raise StagingError(f"staging {src} -> {dst} failed: {error}") from error
+
+
+def _stage(
+    src: Path, dst: Path, settings: StageSettings, sink: ProgressSink, *, cancel: threading.Event | None,
+    free_space: FreeSpace | None,
+) -> StageReport:
+    started = time.monotonic()
+    src_root, dst_root = prepare_roots(src, dst)
+    dest = walk_destination(dst_root)
+    stale = remove_stale(dst_root, dest.stale)
+    listing = walk_source(src_root, settings.exclude)
+    plan = build_plan(apply_variant(listing.files, settings.variant), dest)
+    run = _Run(settings, sink, cancel or threading.Event(), src_root, dst_root)
+    failures = [*listing.errors, *plan.rejected]
+    if plan.copies or settings.verify:
+        with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flash-load") as pool:
+            plan, copy_failures, verified = run.execute(pool, plan, free_space or statvfs_free)
+        failures.extend(copy_failures)
+    else:
+        verified = 0
+    failed = {issue.path for issue in failures}
+    copied = [item for item in plan.copies if item.rel not in failed]
+    return StageReport(
+        files_copied=len(copied), files_skipped=len(plan.unchanged),
+        bytes_copied=sum(item.size for item in copied), bytes_skipped=sum(item.size for item in plan.unchanged),
+        seconds=time.monotonic() - started, stale_removed=stale, verified=verified,
+        failures=tuple(failures), ignored=tuple(listing.ignored),
+    )
+
+
+class _Run:
+    """The threaded part of one run (checksum pass, space check, copy, verification)."""
+
+    def __init__(
+        self, settings: StageSettings, sink: ProgressSink, cancel: threading.Event, src_root: str, dst_root: str,
+    ) -> None:
+        self.settings, self.sink, self.cancel = settings, sink, cancel
+        self.src_root, self.dst_root = src_root, dst_root
+
+    def execute(self, pool: Executor, plan: CopyPlan, free_space: FreeSpace) -> tuple[CopyPlan, list[FileIssue], int]:
+        if self.settings.verify:
+            plan = demote(plan, changed_files(pool, plan.unchanged, self.src_root, self.dst_root))
+        if plan.copies:
+            check_space(self.dst_root, plan.bytes_to_copy, free_space)
+            make_dirs(self.dst_root, plan.new_dirs)
+        failures = self.copy_all(pool, plan.copies)
+        if not self.settings.verify:
+            return plan, failures, 0
+        failed = {issue.path for issue in failures}
+        expected = [item for item in (*plan.unchanged, *plan.copies) if item.rel not in failed]
+        copied = [item for item in plan.copies if item.rel not in failed]
+        problems = check_expected(pool, expected, self.src_root, self.dst_root, checksum=copied)
+        return plan, failures + problems, len(expected) - len(problems)
+
+    def copy_all(self, pool: Executor, copies: Sequence[SourceFile]) -> list[FileIssue]:
+        """Copy every file, big files as ranges spread over the pool; returns per-file failures."""
+        jobs = [self._job(item) for item in copies]
+        units = sorted(((job, start, length) for job in jobs for start, length in job.ranges), key=lambda u: -u[2])
+        copier = RangeCopier(self.settings.buffer_bytes, self.cancel, self.sink.advance)
+
+        def run(unit: tuple[FileCopy, int, int]) -> None:
+            job, start, length = unit
+            if copier.run(job, start, length):
+                self.sink.file_done(job.source.rel, job.source.size)
+
+        self.sink.begin(len(jobs), sum(item.size for item in copies))
+        try:
+            list(pool.map(run, units))
+        finally:
+            self.sink.end()
+        return [FileIssue(job.source.rel, job.error) for job in jobs if job.error is not None]
+
+    def _job(self, item: SourceFile) -> FileCopy:
+        return FileCopy(
+            source=item, src_path=os.path.join(self.src_root, item.rel),
+            final_path=os.path.join(self.dst_root, item.rel), ranges=_split(item.size, self.settings.chunk_bytes),
+        )
+
+
+def prepare_roots(src: Path, dst: Path) -> tuple[str, str]:
+    """Check the source is a readable directory, create the destination, refuse overlapping trees."""
+    try:
+        info = os.stat(src)
+        os.listdir(src)
+    except FileNotFoundError:
+        raise StagingError(f"source directory {src} does not exist") from None
+    except NotADirectoryError:
+        raise StagingError(f"source {src} is not a directory") from None
+    except OSError as error:
+        raise StagingError(f"cannot read source directory {src}: {error.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise StagingError(f"source {src} is not a directory")
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StagingError(f"cannot create destination directory {dst}: {error.strerror}") from None
+    src_real, dst_real = os.path.realpath(src), os.path.realpath(dst)
+    if _inside(src_real, dst_real) or _inside(dst_real, src_real):
+        raise StagingError(f"source {src} and destination {dst} overlap; staging needs two separate trees")
+    return src_real, dst_real
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def remove_stale(dst_root: str, stale: Sequence[str]) -> int:
+    """Delete leftover ``*.flash-tmp`` files from an interrupted run; returns how many were removed."""
+    removed = 0
+    for rel in stale:
+        try:
+            os.unlink(os.path.join(dst_root, rel))
+            removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise StagingError(f"cannot remove stale temp file {rel} in {dst_root}: {error.strerror}") from None
+    return removed
+
+
+def check_space(dst_root: str, bytes_to_copy: int, free_space: FreeSpace) -> None:
+    """Raise ``InsufficientSpaceError`` unless the copy plus headroom fits in the destination."""
+    needed = required_space(bytes_to_copy)
+    available = free_space(dst_root)
+    if available < needed:
+        raise InsufficientSpaceError(needed, available, dst_root)
+
+
+def make_dirs(dst_root: str, rels: Sequence[str]) -> None:
+    """Create destination directories (parents first), refusing anything that is not a real directory."""
+    for rel in rels:
+        path = os.path.join(dst_root, rel)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise StagingError(f"destination path {path} exists and is not a directory") from None
+        except OSError as error:
+            raise StagingError(f"cannot create destination directory {path}: {error.strerror}") from None

@@ -1,0 +1,57 @@
+"""FLASH_* parsing: required paths, defaults, Go fallback rules, exclude merging, variants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flexinfer.core.errors import ConfigError
+from flexinfer.flashloader.config import ALWAYS_EXCLUDED, StageSettings, from_env, parse_exclude
+
+BASE = {"FLASH_SRC": "/models/m", "FLASH_DST": "/dev/shm/m"}
+
+
+def test_defaults_when_only_paths_given() -> None:
+    request = from_env(BASE)
+    assert request.src == Path("/models/m") and request.dst == Path("/dev/shm/m")
+    settings = request.settings
+    assert (settings.concurrency, settings.buffer_kb, settings.verify, settings.variant) == (4, 4096, False, None)
+    assert settings.exclude == ALWAYS_EXCLUDED
+
+
+@pytest.mark.parametrize("missing", ["FLASH_SRC", "FLASH_DST"])
+def test_missing_required_path_names_variable_and_flag(missing: str) -> None:
+    env = {**BASE, missing: "  "}
+    with pytest.raises(ConfigError, match=rf"{missing} is required .*--{missing[6:].lower()}"):
+        from_env(env)
+
+
+def test_values_parsed() -> None:
+    env = {**BASE, "FLASH_CONCURRENCY": "8", "FLASH_BUFFER_KB": "64", "FLASH_VERIFY": "Yes",
+           "FLASH_EXCLUDE": " originals/, ,*.pt", "FLASH_VARIANT": "FP16"}
+    settings = from_env(env).settings
+    assert (settings.concurrency, settings.buffer_bytes, settings.verify, settings.variant) == (8, 65536, True, "fp16")
+    assert settings.exclude == ("originals/", "*.pt", ".cache/", ".git/")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", ""])
+def test_bad_numbers_fall_back_to_defaults(value: str) -> None:
+    settings = from_env({**BASE, "FLASH_CONCURRENCY": value, "FLASH_BUFFER_KB": value}).settings
+    assert (settings.concurrency, settings.buffer_kb) == (4, 4096)
+
+
+def test_unknown_variant_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"FLASH_VARIANT.*bf16.*fp16"):
+        from_env({**BASE, "FLASH_VARIANT": "bf16"})
+
+
+def test_exclude_always_has_defaults_without_duplicates() -> None:
+    assert parse_exclude(".git/,.git/") == (".git/", ".cache/")
+    assert StageSettings(exclude=("x",)).exclude == ("x", ".cache/", ".git/")
+
+
+@pytest.mark.parametrize("field", ["concurrency", "buffer_kb", "chunk_bytes"])
+def test_direct_construction_rejects_non_positive(field: str) -> None:
+    with pytest.raises(ConfigError):
+        StageSettings(**{field: 0})
