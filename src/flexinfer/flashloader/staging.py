@@ -58,6 +58,18 @@ async def stage(
         raise
 
 
+def worker_count(requested: int) -> int:
+    """Copy threads actually used: the requested concurrency, capped at the CPUs this process may run on.
+
+    Kernel copies are CPU-bound memcpy on tmpfs; threads beyond the CPU count only contend (measured on
+    2 CPUs: concurrency 8 ran at 0.6-0.8x of concurrency 2)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(requested, cpus))
+
+
 def stage_blocking(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], settings: StageSettings | None = None,
     progress: ProgressSink | None = None, *, cancel: threading.Event | None = None,
@@ -88,7 +100,7 @@ def _stage(
     run = _Run(settings, sink, cancel or threading.Event(), src_root, dst_root)
     failures = [*listing.errors, *plan.rejected]
     if plan.copies or settings.verify:
-        with ThreadPoolExecutor(settings.concurrency, thread_name_prefix="flash-load") as pool:
+        with ThreadPoolExecutor(worker_count(settings.concurrency), thread_name_prefix="flash-load") as pool:
             plan, copy_failures, verified = run.execute(pool, plan, free_space or statvfs_free)
         failures.extend(copy_failures)
     else:

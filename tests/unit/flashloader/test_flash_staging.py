@@ -258,3 +258,14 @@ def test_raise_for_failures(src: Path, dst: Path) -> None:
     report = stage_blocking(src, dst, StageSettings(concurrency=1, buffer_kb=4), GrowOnFirstChunk(src / "w.bin"))
     with pytest.raises(StagingError, match=r"staging failed for 1 file\(s\): w.bin"):
         report.raise_for_failures()
+
+
+def test_worker_count_never_exceeds_the_cpus_available() -> None:
+    import os
+
+    from flexinfer.flashloader.staging import worker_count
+
+    cpus = len(os.sched_getaffinity(0))
+    assert worker_count(1) == 1
+    assert worker_count(cpus + 7) == cpus
+    assert worker_count(0) == 1
