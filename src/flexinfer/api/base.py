@@ -118,3 +118,22 @@ class ResourceRequirements(ApiModel):
 
     limits: dict[str, Quantity] = Field(default_factory=dict)
     requests: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class NamedResource:
+    """Mixin for resource types: ``name``, ``namespace`` and ``key`` read from ``metadata``."""
+
+    metadata: ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``: the resource's identity across engines."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"

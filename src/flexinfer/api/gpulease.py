@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from flexinfer.api.base import GROUP, ApiModel, ObjectMeta, StatusModel
+from flexinfer.api.base import GROUP, ApiModel, NamedResource, ObjectMeta, StatusModel
 
 API_VERSION = f"{GROUP}/v1alpha2"
 KIND = "GPULease"
@@ -33,7 +33,7 @@ class GPULeaseStatus(StatusModel):
     active: bool | None = None
 
 
-class GPULease(ApiModel):
+class GPULease(NamedResource, ApiModel):
     """A ``GPULease`` resource."""
 
     api_version: Literal["ai.flexinfer/v1alpha2"] = "ai.flexinfer/v1alpha2"

@@ -16,6 +16,7 @@ from flexinfer.api.base import (
     ApiModel,
     Condition,
     Duration,
+    NamedResource,
     ObjectMeta,
     Quantity,
     ResourceRequirements,
@@ -130,6 +131,20 @@ class SharedGroupStatus(StatusModel):
     preempted_at: datetime | None = None
 
 
+class ActivationStatus(StatusModel):
+    """``status.activation``: the open activation of a scaled-up model that is not Ready yet.
+
+    Written by the Kubernetes manager when it decides to start the model (``decidedAt``; for a swap the
+    moment the incumbent lost the GPU) and cleared when the model is Ready (latencies observed) or scaled
+    back to zero. Persisted so a restarted manager still measures cold-start and swap latency.
+    """
+
+    kind: Literal["cold_start", "swap"] = "cold_start"
+    decided_at: datetime | None = None
+    demand_since: datetime | None = None
+    preempted: str | None = None
+
+
 class CacheStatus(StatusModel):
     """``status.cache``."""
 
@@ -171,13 +186,14 @@ class ModelStatus(StatusModel):
     endpoint: str | None = None
     last_active_time: datetime | None = None
     shared_group: SharedGroupStatus | None = None
+    activation: ActivationStatus | None = None
     cache: CacheStatus | None = None
     gpu: GPUStatus | None = None
     metrics: MetricsStatus | None = None
     observed_generation: int | None = None
 
 
-class Model(ApiModel):
+class Model(NamedResource, ApiModel):
     """A ``Model`` resource."""
 
     api_version: Literal["ai.flexinfer/v1alpha2"] = "ai.flexinfer/v1alpha2"
@@ -185,19 +201,6 @@ class Model(ApiModel):
     metadata: ObjectMeta
     spec: ModelSpec
     status: ModelStatus = Field(default_factory=ModelStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
-
-    @property
-    def key(self) -> str:
-        """``namespace/name``: the model's identity across engines."""
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     @property
     def backend(self) -> str:

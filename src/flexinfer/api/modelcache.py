@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from flexinfer.api.base import GROUP, ApiModel, Condition, ObjectMeta, Quantity, StatusModel
+from flexinfer.api.base import GROUP, ApiModel, Condition, NamedResource, ObjectMeta, Quantity, StatusModel
 
 API_VERSION = f"{GROUP}/v1alpha1"
 KIND = "ModelCache"
@@ -84,7 +84,7 @@ class ModelCacheStatus(StatusModel):
     eviction_count: int | None = None
 
 
-class ModelCache(ApiModel):
+class ModelCache(NamedResource, ApiModel):
     """A ``ModelCache`` resource."""
 
     api_version: Literal["ai.flexinfer/v1alpha1"] = "ai.flexinfer/v1alpha1"
@@ -92,11 +92,3 @@ class ModelCache(ApiModel):
     metadata: ObjectMeta
     spec: ModelCacheSpec
     status: ModelCacheStatus = Field(default_factory=ModelCacheStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
