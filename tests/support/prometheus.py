@@ -75,6 +75,8 @@ class PrometheusServer:
     """A Prometheus server on a free loopback port scraping ``targets`` ("host:port") every interval.
 
     ``with PrometheusServer(["127.0.0.1:8000"], tmp_path) as prom: prom.wait_for('up == 1')``
+    Ready in ~0.1 s, but the first sample lands ~5 s after start (Prometheus hands discovered targets
+    to the scraper on a fixed 5 s tick), so share one server per test module where possible.
     """
 
     def __init__(
