@@ -88,6 +88,8 @@ class Arbiter:
                 self._start_failed(event.model, event.error, now)
             case ev.ModelStopped():
                 self._stopped(event.model)
+            case ev.ModelCrashed():
+                self._crashed(event.model, event.error, now)
             case ev.StageReached():
                 self._stage(event.model, event.stage, now)
             case ev.Preload():
@@ -217,6 +219,23 @@ class Arbiter:
             self._forget(slot)
         elif slot.queue and not self.shutting_down:
             self._phase(slot, PENDING, "WaitingForActivation")
+
+    def _crashed(self, key: str, error: str, now: float) -> None:
+        slot = self.slots.get(key)
+        if slot is None or not slot.running or slot.stopping:
+            return self._stopped(key)
+        if slot.loading:
+            return self._start_failed(key, error, now)
+        slot.running, slot.endpoint, slot.drain_until, slot.ready_since = False, None, None, None
+        slot.failures += 1
+        backoff = self.policy.backoff(slot.failures)
+        slot.retry_at, slot.wanted, slot.preempted_by = now + backoff, False, None
+        self._phase(slot, FAILED, "ServerExited")
+        for ticket in list(slot.queue.values()):
+            self._reject(slot, ticket, failed_error(slot, error, backoff))
+        if slot.group is not None and self.next_up.get(slot.group) == key:
+            del self.next_up[slot.group]
+        return None
 
     def _stage(self, key: str, stage: str, now: float) -> None:
         slot = self.slots.get(key)

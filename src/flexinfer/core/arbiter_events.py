@@ -89,6 +89,15 @@ class ModelStopped:
 
 
 @dataclass(frozen=True)
+class ModelCrashed:
+    """A Ready (or loading) model server exited without being asked to: the model becomes Failed, its
+    waiting tickets are rejected, and the next start waits out the restart backoff."""
+
+    model: str
+    error: str
+
+
+@dataclass(frozen=True)
 class StageReached:
     """An engine-reported startup stage began (``staging``/``server_start``/``health``)."""
 
@@ -128,7 +137,7 @@ class ModelsReplaced:
 
 
 Event = (
-    RequestArrived | RequestCancelled | RequestFinished | ModelReady | ModelStartFailed | ModelStopped
+    RequestArrived | RequestCancelled | RequestFinished | ModelReady | ModelStartFailed | ModelStopped | ModelCrashed
     | StageReached | Tick | Preload | Unload | Shutdown | ModelsReplaced
 )
 

@@ -83,7 +83,7 @@ class Activation:
             marks = [(marks[0][0], self.started_at), *marks[1:]] if marks else [("server_start", self.started_at)]
         if self.kind == "swap":
             out.append(StageSpan("drain", self.decided_at, marks[0][1] if marks else end))
-        ends = [t for _, t in marks[1:]] + [end]
+        ends = [t for _, t in marks[1:]] + ([end] if marks else [])
         out.extend(StageSpan(s, start, stop) for (s, start), stop in zip(marks, ends, strict=True))
         return tuple(out)
 

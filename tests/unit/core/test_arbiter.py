@@ -240,3 +240,28 @@ def test_waiting_reason_and_wake_schedule() -> None:
     h.request("b")
     assert h.arbiter.waiting_reason(B) == "swap"
     assert h.wake == 10.0, "the hold's end is the next decision point"
+
+
+def test_server_crash_after_ready_fails_the_model_and_backs_off_before_restarting() -> None:
+    h = Harness([make_model("a")], ArbiterPolicy(restart_backoff=5, cold_start_timeout=600))
+    bring_up(h, A)
+    waiting_before_crash = h.request("a")
+    fx = h.send(ev.ModelCrashed(A, "model server exited with code 1"))
+    assert [e.new for e in fx if isinstance(e, ev.PhaseChanged)] == ["Failed"]
+    assert h.outcome[waiting_before_crash] == ("granted", 0.0)
+    during_backoff = h.request("a")
+    assert h.outcome[during_backoff][0] == "activation_failed"
+    assert starts(h) == [A]
+    h.advance(6)
+    h.request("a")
+    assert starts(h) == [A, A]
+
+
+def test_crash_reported_while_a_stop_is_in_progress_is_an_ordinary_stop() -> None:
+    h = shared(a=100, b=200)
+    h.finish(bring_up(h, A))
+    h.request(B)
+    h.advance(11)
+    assert (A, False) in stops(h)
+    fx = h.send(ev.ModelCrashed(A, "exited"))
+    assert "Failed" not in [e.new for e in fx if isinstance(e, ev.PhaseChanged)]

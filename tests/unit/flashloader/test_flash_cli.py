@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import read_tree, write_tree
 
 from flexinfer.cli.main import main
+from support.file_trees import read_tree, write_tree
 
 
 def test_env_configures_and_summary_printed(

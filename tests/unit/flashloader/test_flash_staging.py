@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import read_tree, write_tree
 
 from flexinfer.core.errors import InsufficientSpaceError, StagingError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage, stage_blocking
+from support.file_trees import read_tree, write_tree
 
 MODEL = {
     "config.json": b"{}",

@@ -1,0 +1,46 @@
+"""A small blocking client for the admin API of a running ``flexinfer serve`` (used by ``flexinfer status``
+and ``flexinfer logs``). Failures become one-line ``FlexInferError`` messages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from flexinfer.api.errors import FlexInferError
+from flexinfer.settings import environment
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+TIMEOUT = 10.0
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--url`` and ``--token`` (default: ``PROXY_AUTH_TOKEN`` from the environment)."""
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
+    parser.add_argument("--token", default=None, help="bearer token (default: $PROXY_AUTH_TOKEN)")
+
+
+def get_json(args: argparse.Namespace, path: str, query: dict[str, str] | None = None) -> Any:
+    """GET ``path`` from the admin API; the decoded JSON body."""
+    url = args.url.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
+    token = args.token if args.token is not None else environment().get("PROXY_AUTH_TOKEN", "")
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise FlexInferError(f"{url}: {exc.code} {error_message(exc.read())}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise FlexInferError(f"cannot reach flexinfer serve at {args.url}: {reason}") from None
+
+
+def error_message(body: bytes) -> str:
+    """The ``error.message`` of an OpenAI error envelope, else the raw text."""
+    try:
+        return str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return body.decode(errors="replace").strip()

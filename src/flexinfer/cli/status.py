@@ -1,0 +1,53 @@
+"""``flexinfer status [--url URL]``: a table of the models a running ``flexinfer serve`` knows (model, group,
+phase, last swap, queue depth, in flight, endpoint), read from its admin API."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from flexinfer.api.units import format_duration
+from flexinfer.cli.admin_client import add_connection_arguments, get_json
+
+PHASE_STYLES = {"Ready": "green", "Loading": "yellow", "Pending": "yellow", "Failed": "red", "Preempted": "magenta"}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "status", help="show the models of a running `flexinfer serve`",
+        description="Show every model of a running `flexinfer serve`: group, phase, last swap, queue depth, "
+                    "endpoint.",
+    )
+    add_connection_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the raw admin API answer")
+    return parser
+
+
+def status_table(models: list[dict[str, Any]]) -> Table:
+    """The rich table for ``/admin/status`` rows."""
+    table = Table(box=None, header_style="bold")
+    for column in ("MODEL", "GROUP", "PHASE", "LAST SWAP", "QUEUE", "IN FLIGHT", "ENDPOINT"):
+        table.add_column(column)
+    for row in models:
+        phase = str(row["phase"]) + (" (draining)" if row.get("draining") else "")
+        age = row.get("last_swap_age")
+        style = PHASE_STYLES.get(str(row["phase"]))
+        table.add_row(
+            str(row["name"]), row.get("group") or "-", f"[{style}]{phase}[/]" if style else phase,
+            "-" if age is None else f"{format_duration(float(age))} ago", str(row["queue_depth"]),
+            str(row["in_flight"]), row.get("endpoint") or "-",
+        )
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    body = get_json(args, "/admin/status")
+    console = Console()
+    if args.json:
+        console.print_json(data=body)
+    else:
+        console.print(status_table(body["models"]))
+    return 0

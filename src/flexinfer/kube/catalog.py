@@ -1,0 +1,110 @@
+"""The in-cluster proxy's ``Catalog``: request names → Models, answered from the watch cache (no API call).
+
+A request may name a model by ``namespace/name``, by its name (when unique across the watched
+namespaces), by ``spec.litellm.servedModelName`` or by one of ``spec.litellm.aliases``; a model's own name
+always wins over another model's alias, and among alias claimants the oldest Model wins (then the key).
+``spec.litellm.enabled: false`` parks a model (the proxy answers 404 and ``/v1/models`` hides it). The
+phase shown is the manager's ``status.phase``. The name index is rebuilt only after the store changed.
+Built by ``flexinfer.kube.proxy_side``; used by the proxy (``flexinfer.proxy``) through the ``Catalog`` port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from flexinfer.api.model import Model
+from flexinfer.kube.model_watch import ModelStore
+from flexinfer.runtime.ports import ModelView
+
+_SOURCE_PREFIXES = ("HF://", "hf://", "ollama://", "file://")
+
+
+def aliases(model: Model) -> tuple[str, ...]:
+    """Client-facing names routed to ``model`` besides its own: served model name, then aliases."""
+    litellm = model.spec.litellm
+    if litellm is None:
+        return ()
+    names = [litellm.served_model_name or "", *litellm.aliases]
+    return tuple(dict.fromkeys(n for n in names if n and n != model.name))
+
+
+def backend_model_name(model: Model) -> str:
+    """The ``model`` field the backend expects (spec §6.4): ``spec.config.servedModelName``, else the model
+    id from ``spec.source`` (scheme stripped; ``pvc://claim/sub/path`` → ``/sub/path``)."""
+    configured = model.spec.config.get("servedModelName")
+    if isinstance(configured, str) and configured:
+        return configured
+    source = model.spec.source
+    if source.startswith("pvc://"):
+        _, _, sub = source[len("pvc://"):].partition("/")
+        return "/" + sub
+    for prefix in _SOURCE_PREFIXES:
+        if source.startswith(prefix):
+            return source[len(prefix):]
+    return source
+
+
+def parked(model: Model) -> bool:
+    """``spec.litellm.enabled: false``: the model is not served through the proxy."""
+    return model.spec.litellm is not None and not model.spec.litellm.enabled
+
+
+def view(model: Model) -> ModelView:
+    """The proxy's view of a Model as the manager last reported it."""
+    status = model.status
+    phase = status.phase or "Idle"
+    created = model.metadata.creation_timestamp
+    return ModelView(
+        name=model.name, namespace=model.namespace, backend=model.backend,
+        served_model_name=backend_model_name(model), phase=phase, group=model.group,
+        priority=model.priority, aliases=aliases(model), parked=parked(model),
+        created=created.timestamp() if created is not None else 0.0,
+        metadata={"key": model.key, "source": model.spec.source, "ready": phase == "Ready",
+                  "loading_substage": status.loading_substage, "message": status.message},
+    )
+
+
+def _age_order(model: Model) -> tuple[float, str]:
+    created: datetime | None = model.metadata.creation_timestamp
+    return (created.timestamp() if created is not None else float("inf"), model.key)
+
+
+class WatchCatalog:
+    """Name/alias resolution over a ``ModelStore`` (see the module docstring)."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self._store = store
+        self._names: dict[str, str] = {}
+        self._indexed = -1
+
+    def key(self, name: str) -> str | None:
+        """The Model key a request name routes to, if any."""
+        self._refresh()
+        return self._names.get(name)
+
+    def model(self, name: str) -> Model | None:
+        """The cached Model a request name routes to, if any."""
+        key = self.key(name)
+        return self._store.get(key) if key is not None else None
+
+    def resolve(self, name: str) -> ModelView | None:
+        model = self.model(name)
+        return view(model) if model is not None else None
+
+    def models(self) -> Sequence[ModelView]:
+        return [view(m) for m in sorted(self._store.all(), key=lambda m: m.key)]
+
+    def _refresh(self) -> None:
+        if self._indexed == self._store.version:
+            return
+        models = sorted(self._store.all(), key=_age_order)
+        names: dict[str, str] = {m.key: m.key for m in models}
+        by_name: dict[str, list[str]] = {}
+        for model in models:
+            by_name.setdefault(model.name, []).append(model.key)
+        names.update({name: keys[0] for name, keys in by_name.items() if len(keys) == 1})
+        for model in models:
+            for alias in aliases(model):
+                names.setdefault(alias, model.key)
+        self._names, self._indexed = names, self._store.version

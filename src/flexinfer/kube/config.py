@@ -1,0 +1,75 @@
+"""The manager's settings: flags over environment variables over defaults (spec §7).
+
+``METRICS_BIND_ADDRESS`` (``:8080``), ``HEALTH_PROBE_BIND_ADDRESS`` (``:8081``), ``LEADER_ELECT``
+(false), ``POD_NAMESPACE`` (the Lease's namespace; ``default``), ``POD_NAME`` (the leader identity;
+hostname + a random suffix when unset), ``FLEXINFER_SWAP_DRAIN_TIMEOUT`` (``60s``: how long a preempted
+model may keep serving reported in-flight requests), ``FLEXINFER_MANAGER_WORKERS`` (4 concurrent
+reconciles of different units). Controller defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``,
+images) come from ``flexinfer.core.controller_defaults``. Pure; built by ``flexinfer.assembly.run_manager``.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
+from flexinfer.core.envvalues import bool_word, duration_or_none, positive_int
+from flexinfer.core.errors import ConfigError
+from flexinfer.core.model_status_plan import ManagerPolicy
+from flexinfer.kube.http import parse_bind_address
+
+DEFAULT_METRICS = ":8080"
+DEFAULT_HEALTH = ":8081"
+DEFAULT_DRAIN_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    """Everything ``flexinfer manager`` is configured with."""
+
+    metrics_bind_address: str = DEFAULT_METRICS
+    health_probe_bind_address: str = DEFAULT_HEALTH
+    leader_elect: bool = False
+    pod_namespace: str = "default"
+    identity: str = ""
+    kubeconfig: str | None = None
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty = the whole cluster."""
+    workers: int = 4
+    policy: ManagerPolicy = field(default_factory=ManagerPolicy)
+    defaults: ControllerDefaults = field(default_factory=ControllerDefaults)
+    lease_duration: int = 15
+    renew_every: float = 5.0
+
+
+def _drain_timeout(env: Mapping[str, str]) -> float:
+    raw = env.get("FLEXINFER_SWAP_DRAIN_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_DRAIN_TIMEOUT_S
+    seconds = duration_or_none(raw)
+    if seconds is None or seconds < 0:
+        raise ConfigError(f"FLEXINFER_SWAP_DRAIN_TIMEOUT: expected a duration such as 60s, got {raw!r}")
+    return seconds
+
+
+def manager_config(env: Mapping[str, str], *, metrics_bind_address: str | None = None,
+                   health_probe_bind_address: str | None = None, leader_elect: bool | None = None,
+                   kubeconfig: str | None = None, namespaces: Sequence[str] = ()) -> ManagerConfig:
+    """Resolve flags (``None`` = not given) over ``env``; ``ConfigError`` names a bad value."""
+    metrics = metrics_bind_address or env.get("METRICS_BIND_ADDRESS", "").strip() or DEFAULT_METRICS
+    health = health_probe_bind_address or env.get("HEALTH_PROBE_BIND_ADDRESS", "").strip() or DEFAULT_HEALTH
+    parse_bind_address(metrics, "--metrics-bind-address")
+    parse_bind_address(health, "--health-probe-bind-address")
+    elect = leader_elect if leader_elect is not None else bool_word(env.get("LEADER_ELECT"), False)
+    identity = env.get("POD_NAME", "").strip() or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return ManagerConfig(
+        metrics_bind_address=metrics, health_probe_bind_address=health, leader_elect=elect,
+        pod_namespace=env.get("POD_NAMESPACE", "").strip() or "default", identity=identity,
+        kubeconfig=kubeconfig, namespaces=tuple(namespaces),
+        workers=positive_int(env.get("FLEXINFER_MANAGER_WORKERS"), 4),
+        policy=ManagerPolicy(drain_timeout=_drain_timeout(env)),
+        defaults=controller_defaults(env),
+    )

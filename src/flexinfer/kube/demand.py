@@ -1,0 +1,206 @@
+"""Demand and readiness for the in-cluster proxy: the proxy's half of the manager ↔ proxy contract.
+
+The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by merge-patching
+``status.lastActiveTime`` (RFC 3339, UTC, microseconds) on the Model's status subresource; the manager
+reacts to that watch event (scale up, shared-group election) and reports ``status.phase``/``endpoint``.
+
+- ``DemandSignal``: ``signal`` patches now (one patch per activation; concurrent callers join the patch in
+  flight; retriable failures retried); ``keep_alive`` patches in the background at most once per
+  ``throttle`` (60 s) per model, skipped while the cached ``lastActiveTime`` is younger than that.
+- ``KubeEngine``: the ``Engine`` port for the proxy's dispatcher. ``start`` = signal demand, then wait on
+  the watch cache until Ready with an endpoint (Failed → ``EngineError`` with ``status.message``; a load
+  stalled in LoadingWeights for 120 s, a model held behind a warm primary (``preemptedBy: primary/…``) and
+  the model's cold-start budget → ``EngineError``).
+  ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.endpoint`` or, only with the
+  test-only override switched on, the ``flexinfer.ai/endpoint-override`` annotation.
+Built by ``flexinfer.kube.proxy_side``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from flexinfer.api.model import Model
+from flexinfer.core.errors import EngineError
+from flexinfer.core.replicas import cold_start_timeout_seconds
+from flexinfer.kube.model_api import KubeApiError, ModelApi
+from flexinfer.kube.model_watch import ModelStore
+from flexinfer.runtime.ports import Endpoint, StageReporter
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_OVERRIDE_ANNOTATION = "flexinfer.ai/endpoint-override"
+STALL_AFTER = 120.0
+"""A load is stalled when LoadingWeights has reported no progress for this long (spec §6.5)."""
+WARM_PRIMARY_PREFIX = "primary/"
+"""``status.sharedGroup.preemptedBy`` prefix: the model cannot be promoted past a warm primary (fail fast)."""
+KEEP_ALIVE_THROTTLE = 60.0
+CONFLICT_GRACE = 30.0
+"""A failed demand patch still counts when the cached ``lastActiveTime`` is at most this old."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """``2025-01-02T03:04:05.123456Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class DemandSignal:
+    """Writes ``status.lastActiveTime`` (see the module docstring)."""
+
+    def __init__(self, api: ModelApi, store: ModelStore, *, now: Callable[[], datetime] = utc_now,
+                 clock: Callable[[], float] = time.monotonic, throttle: float = KEEP_ALIVE_THROTTLE,
+                 attempts: int = 3, retry_delay: float = 0.2) -> None:
+        self._api, self._store, self._now, self._clock = api, store, now, clock
+        self._throttle, self._attempts, self._retry_delay = throttle, attempts, retry_delay
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._last: dict[str, float] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self.patches = 0
+        """Successful status patches (for tests and logs)."""
+
+    async def signal(self, model: Model) -> None:
+        """Patch ``lastActiveTime`` now (joining a patch already in flight); ``EngineError`` on failure."""
+        task = self._in_flight.get(model.key)
+        if task is None:
+            task = asyncio.create_task(self._patch(model.namespace, model.name), name=f"demand-{model.key}")
+            self._in_flight[model.key] = task
+            task.add_done_callback(lambda _: self._in_flight.pop(model.key, None))
+        await asyncio.shield(task)
+
+    def keep_alive(self, model: Model) -> None:
+        """Patch in the background unless demand was recorded within the throttle window."""
+        if model.key in self._in_flight or not self._due(model):
+            return
+        self._last[model.key] = self._clock()
+        task = asyncio.create_task(self._quiet_patch(model), name=f"keep-alive-{model.key}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _due(self, model: Model) -> bool:
+        last = self._last.get(model.key)
+        if last is not None and self._clock() - last < self._throttle:
+            return False
+        cached = self._store.get(model.key)
+        stamp = cached.status.last_active_time if cached is not None else None
+        return stamp is None or (self._now() - stamp).total_seconds() >= self._throttle
+
+    async def _quiet_patch(self, model: Model) -> None:
+        try:
+            await self.signal(model)
+        except EngineError as exc:
+            log.warning("keep-alive for model %s failed: %s", model.key, exc)
+
+    async def _patch(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
+        for attempt in range(1, self._attempts + 1):
+            moment = self._now()
+            try:
+                await self._api.patch_model_status(namespace, name, {"status": {"lastActiveTime": rfc3339(moment)}})
+            except KubeApiError as exc:
+                if exc.retriable and attempt < self._attempts:
+                    await asyncio.sleep(self._retry_delay * attempt)
+                    continue
+                if self._recent(key):
+                    log.info("demand patch for %s failed (%s) but lastActiveTime is fresh", key, exc)
+                    return
+                raise EngineError(f"cannot signal demand for model {key}: {exc}") from None
+            self.patches += 1
+            self._last[key] = self._clock()
+            return
+
+    def _recent(self, key: str) -> bool:
+        cached = self._store.get(key)
+        stamp = cached.status.last_active_time if cached is not None else None
+        return stamp is not None and (self._now() - stamp).total_seconds() <= CONFLICT_GRACE
+
+    async def aclose(self) -> None:
+        """Cancel background keep-alive patches."""
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def endpoint_of(model: Model, override_enabled: bool) -> str | None:
+    """Where a Ready model answers: the override annotation (only when enabled), else ``status.endpoint``."""
+    if override_enabled:
+        override = model.metadata.annotations.get(ENDPOINT_OVERRIDE_ANNOTATION, "").strip()
+        if override:
+            return override
+    return model.status.endpoint or None
+
+
+def failure_message(model: Model) -> str:
+    """``status.message``, else the first False condition's message, else the phase."""
+    if model.status.message:
+        return model.status.message
+    failed = next((c for c in model.status.conditions if c.status == "False" and c.message), None)
+    return failed.message if failed is not None else "phase Failed"
+
+
+def stall_deadline(model: Model | None) -> datetime | None:
+    """When the current load counts as stalled (Loading/LoadingWeights only), else ``None``."""
+    if model is None or model.status.phase != "Loading" or model.status.loading_substage != "LoadingWeights":
+        return None
+    progress = model.status.loading_progress_at
+    return None if progress is None else progress + timedelta(seconds=STALL_AFTER)
+
+
+class KubeEngine:
+    """The ``Engine`` the proxy's dispatcher drives in the cluster (see the module docstring)."""
+
+    def __init__(self, store: ModelStore, demand: DemandSignal, *, endpoint_override: bool = False,
+                 cold_start_timeout: float = 60.0, now: Callable[[], datetime] = utc_now) -> None:
+        self._store, self._demand, self._override = store, demand, endpoint_override
+        self._cold_start_timeout, self._now = cold_start_timeout, now
+
+    async def start(self, model: Model, report: StageReporter) -> Endpoint:
+        """Signal demand, then wait (watch-driven) until the manager reports the model Ready."""
+        budget = cold_start_timeout_seconds(model, self._cold_start_timeout)
+        await self._demand.signal(model)
+        try:
+            async with asyncio.timeout(budget):
+                return await self._await_ready(model.key)
+        except TimeoutError:
+            raise EngineError(f"model {model.key} was not Ready within {budget:.0f}s") from None
+
+    async def stop(self, model: Model) -> None:
+        """Nothing to do: the manager scales models down (idle timeout, shared-group election)."""
+        return None
+
+    async def _await_ready(self, key: str) -> Endpoint:
+        while True:
+            deadline = stall_deadline(self._store.get(key))
+            wait = None if deadline is None else max((deadline - self._now()).total_seconds(), 0.0) + 0.01
+            try:
+                async with asyncio.timeout(wait):
+                    return await self._store.wait_until(key, self._readiness)
+            except TimeoutError:
+                if wait is None:
+                    raise
+                self._readiness(self._store.get(key))
+
+    def _readiness(self, model: Model | None) -> Endpoint | None:
+        """The endpoint once Ready; raises ``EngineError`` for Failed, stalled or deleted models."""
+        if model is None:
+            raise EngineError("the Model was deleted")
+        phase = model.status.phase
+        if phase == "Failed":
+            raise EngineError(failure_message(model))
+        shared = model.status.shared_group
+        if phase == "Preempted" and shared is not None and shared.preempted_by.startswith(WARM_PRIMARY_PREFIX):
+            raise EngineError(f"held behind warm primary {shared.preempted_by[len(WARM_PRIMARY_PREFIX):]}")
+        deadline = stall_deadline(model)
+        if deadline is not None and self._now() >= deadline:
+            raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
+                              f"({model.status.message or 'LoadingWeights'})")
+        url = endpoint_of(model, self._override) if phase == "Ready" else None
+        return Endpoint(url) if url else None

@@ -1,0 +1,279 @@
+"""The Kubernetes half of ``flexinfer proxy``: watch cache, catalog, demand engine and the proxy's dispatcher.
+
+In the cluster the manager elects shared-group members and scales idle models down, so the proxy's
+dispatcher runs every Model as its own group and never stops one on idle (``dispatch_model``); its job is
+the per-model request queue, the cold-start budget and in-flight accounting. ``DispatcherSync`` mirrors
+the watch cache into it: spec changes redeclare the model set, and a model that leaves Ready in the cluster
+(preempted, scaled down, deleted) is marked stopped so the next request activates it again.
+``DemandActivator`` wraps the dispatcher's ``Activator``: it reports in-flight requests to the manager
+(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served.
+``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from flexinfer.api.base import ObjectMeta
+from flexinfer.api.model import Model, ServerlessSpec
+from flexinfer.core import arbiter_events as ev
+from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.envvalues import bool_word
+from flexinfer.core.errors import ConfigError
+from flexinfer.kube.catalog import WatchCatalog
+from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
+from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
+from flexinfer.kube.model_api import ModelApi
+from flexinfer.kube.model_watch import ModelStore, ModelWatcher
+from flexinfer.runtime.dispatcher import Dispatcher
+from flexinfer.runtime.observer import LifecycleObserver
+from flexinfer.runtime.ports import Activator, Grant
+
+log = logging.getLogger(__name__)
+
+NEVER = "876000h"
+"""The proxy-side idle timeout (100 years): only the manager scales models down."""
+HEARTBEAT_INTERVAL = 5.0
+"""How often in-flight reports are refreshed (each at most every 10 s) and models with requests in flight
+are offered to ``DemandSignal.keep_alive`` (throttled to 1 m)."""
+
+
+@dataclass(frozen=True)
+class ClusterProxySettings:
+    """The proxy's Kubernetes settings (``cluster_proxy_settings`` parses them from the environment)."""
+
+    namespace: str | None = "default"
+    """Watched namespace; ``None`` = all namespaces."""
+    endpoint_override: bool = False
+    identity: str = "flexinfer-proxy"
+    """This replica's name in in-flight reports (``POD_NAME``)."""
+    cold_start_timeout: float = 60.0
+    queue_limit: int = 100
+
+
+def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float = 60.0,
+                           queue_limit: int = 100) -> ClusterProxySettings:
+    """``POD_NAMESPACE`` (default ``default``, with a warning), ``FLEXINFER_PROXY_ALL_NAMESPACES`` and the
+    test-only ``FLEXINFER_PROXY_ENDPOINT_OVERRIDE`` (both default false), ``POD_NAME`` (the identity in
+    in-flight reports; hostname and pid when unset)."""
+    namespace = env.get("POD_NAMESPACE", "").strip()
+    if not namespace:
+        log.warning("POD_NAMESPACE is not set; watching Models in namespace 'default'")
+        namespace = "default"
+    all_namespaces = bool_word(env.get("FLEXINFER_PROXY_ALL_NAMESPACES"), False)
+    override = bool_word(env.get("FLEXINFER_PROXY_ENDPOINT_OVERRIDE"), False)
+    if override:
+        log.warning("FLEXINFER_PROXY_ENDPOINT_OVERRIDE is on: the flexinfer.ai/endpoint-override annotation "
+                    "redirects traffic. This is for tests only; never enable it in production.")
+    identity = proxy_identity(env.get("POD_NAME", ""), f"{socket.gethostname()}-{os.getpid()}")
+    return ClusterProxySettings(None if all_namespaces else namespace, override, identity, cold_start_timeout,
+                                queue_limit)
+
+
+def dispatch_model(model: Model) -> Model:
+    """The Model as the proxy's dispatcher sees it: no shared group, never pinned, never idle-stopped; the
+    cold-start timeout kept. Status and server-side metadata are dropped (they change on every event)."""
+    spec = model.spec
+    gpu = spec.gpu.model_copy(update={"shared": None}) if spec.gpu is not None else None
+    cold = spec.serverless.cold_start_timeout if spec.serverless is not None else None
+    serverless = ServerlessSpec(enabled=True, min_replicas=0, idle_timeout=NEVER, cold_start_timeout=cold)
+    return Model(metadata=ObjectMeta(name=model.name, namespace=model.namespace),
+                 spec=spec.model_copy(update={"gpu": gpu, "serverless": serverless}))
+
+
+def proxy_policy(settings: ClusterProxySettings) -> ArbiterPolicy:
+    """Queue limit and cold-start budget from the proxy settings; no restart backoff (a failed activation is
+    retried by the next request, as the manager may have fixed the cause)."""
+    return ArbiterPolicy(cold_start_timeout=settings.cold_start_timeout, queue_limit=settings.queue_limit,
+                         restart_backoff=0.0, restart_backoff_max=0.0)
+
+
+class DispatcherSync:
+    """Mirrors the watch cache into the proxy's dispatcher (see the module docstring)."""
+
+    def __init__(self, store: ModelStore, dispatcher: Dispatcher, override: bool,
+                 left_ready: Callable[[Model], None] = lambda _: None) -> None:
+        self._dispatcher, self._override, self._left_ready_hook = dispatcher, override, left_ready
+        self._declared: dict[str, Model] = {}
+        self._dirty = False
+        self._scheduled = False
+        store.subscribe(self._changed)
+
+    def _changed(self, old: Model | None, new: Model | None) -> None:
+        current = new if new is not None else old
+        if current is None:
+            return
+        key = current.key
+        projected = dispatch_model(new) if new is not None else None
+        if self._declared.get(key) != projected:
+            if projected is None:
+                self._declared.pop(key, None)
+            else:
+                self._declared[key] = projected
+            self._mark_dirty()
+        if old is not None and self._left_ready(old, new):
+            self._stopped(old)
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Declare the current model set now (before a request is admitted, so it never races a new Model)."""
+        self._scheduled = False
+        if self._dirty:
+            self._dirty = False
+            self._dispatcher.post(ev.ModelsReplaced(tuple(self._declared.values())))
+
+    def _left_ready(self, old: Model, new: Model | None) -> bool:
+        if old.status.phase != "Ready":
+            return False
+        if new is None or new.status.phase != "Ready":
+            return True
+        return endpoint_of(old, self._override) != endpoint_of(new, self._override)
+
+    def _stopped(self, model: Model) -> None:
+        self.flush()
+        self._left_ready_hook(model)
+        if any(s.key == model.key and s.phase == "Ready" for s in self._dispatcher.snapshot()):
+            log.info("model %s left Ready in the cluster; the next request activates it again", model.key)
+            self.forget_endpoint(model)
+
+    def forget_endpoint(self, model: Model) -> None:
+        """Tell the dispatcher the model's server is gone (a stop, not a crash: no Failed phase)."""
+        self._dispatcher.post(ev.ModelStopped(model.key))
+
+
+class DemandActivator:
+    """An ``Activator`` that reports in-flight requests and keeps demand alive for the models it serves."""
+
+    def __init__(self, inner: Activator, store: ModelStore, *, lookup: Callable[[str], Model | None],
+                 demand: DemandSignal, reporter: InflightReporter, override: bool = False) -> None:
+        self._inner, self._store, self._lookup, self._override = inner, store, lookup, override
+        self._demand, self._reporter = demand, reporter
+        self.before: Callable[[], None] = lambda: None
+        """Called before each admission (``DispatcherSync.flush``)."""
+        self.stale: Callable[[Model], None] = lambda _: None
+        """Called with a model whose grant disagreed with the cluster (``DispatcherSync.forget_endpoint``)."""
+        self.in_flight: dict[str, int] = {}
+
+    async def acquire(self, model: str, timeout: float | None = None,
+                      on_wait: Callable[[str], None] | None = None) -> Grant:
+        self.before()
+        grant = await self._inner.acquire(model, timeout, on_wait)
+        found = self._lookup(grant.model)
+        if found is not None and not self._current(found, grant):
+            log.info("model %s: dispatcher endpoint is stale; activating again", found.key)
+            grant.release()
+            self.stale(found)
+            grant = await self._inner.acquire(model, timeout, on_wait)
+            found = self._lookup(grant.model)
+        if found is None:
+            return grant
+        try:
+            await self._reporter.busy(found)
+        except BaseException:
+            grant.release()
+            raise
+        return self._track(grant, found)
+
+    def _track(self, grant: Grant, model: Model) -> Grant:
+        key, released = model.key, False
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        self._demand.keep_alive(model)
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            left = self.in_flight.get(key, 1) - 1
+            if left > 0:
+                self.in_flight[key] = left
+            else:
+                self.in_flight.pop(key, None)
+                self._reporter.idle(model, ready=self._ready(key))
+            grant.release()
+
+        return dataclasses.replace(grant, release=release)
+
+    def _current(self, model: Model, grant: Grant) -> bool:
+        """The cluster (watch cache) agrees: the model is Ready at the granted endpoint."""
+        return model.status.phase == "Ready" and endpoint_of(model, self._override) == grant.endpoint.base_url
+
+    def left_ready(self, model: Model) -> None:
+        """The model left Ready in the cluster: with nothing in flight, withdraw our report now (the swap that
+        preempted it need not wait for the heartbeat)."""
+        if model.key not in self.in_flight:
+            self._reporter.idle(model, ready=False)
+
+    def _ready(self, key: str) -> bool:
+        cached = self._store.get(key)
+        return cached is not None and cached.status.phase == "Ready"
+
+    async def heartbeat(self, interval: float = HEARTBEAT_INTERVAL) -> None:
+        """Forever: refresh in-flight reports and keep demand alive for models with requests in flight."""
+        while True:
+            await asyncio.sleep(interval)
+            for key in list(self.in_flight):
+                model = self._store.get(key)
+                if model is not None:
+                    self._demand.keep_alive(model)
+            await self._reporter.refresh(set(self.in_flight))
+
+
+class ClusterSide:
+    """Store + watcher + catalog + demand + engine + dispatcher for the in-cluster proxy."""
+
+    def __init__(self, api: ModelApi, settings: ClusterProxySettings,
+                 observer: LifecycleObserver | None = None) -> None:
+        self.settings = settings
+        self.store = ModelStore()
+        self.watcher = ModelWatcher(api, self.store, settings.namespace)
+        self.catalog = WatchCatalog(self.store)
+        self.demand = DemandSignal(api, self.store)
+        self.engine = KubeEngine(self.store, self.demand, endpoint_override=settings.endpoint_override,
+                                 cold_start_timeout=settings.cold_start_timeout)
+        self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
+        self.reporter = InflightReporter(api, settings.identity)
+        self.activator = DemandActivator(self.dispatcher, self.store, lookup=self.catalog.model, demand=self.demand,
+                                         reporter=self.reporter, override=settings.endpoint_override)
+        self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override,
+                                   left_ready=self.activator.left_ready)
+        self.activator.before, self.activator.stale = self.sync.flush, self.sync.forget_endpoint
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, sync_timeout: float = 30.0) -> None:
+        """Start the watch, the dispatcher and the heartbeat; return once the first list is in the cache."""
+        self.dispatcher.start()
+        self._tasks = [asyncio.create_task(self.watcher.run(), name="flexinfer-model-watch"),
+                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat")]
+        try:
+            async with asyncio.timeout(sync_timeout):
+                await self.store.synced.wait()
+        except TimeoutError:
+            await self.close()
+            where = self.settings.namespace or "all namespaces"
+            raise ConfigError(f"cannot list Models ({where}) within {sync_timeout:.0f}s: "
+                              f"{self.watcher.last_error or 'no answer from the API server'}") from None
+
+    async def close(self) -> None:
+        """Reject waiting requests, stop the dispatcher, the watch and background patches."""
+        await self.dispatcher.shutdown(drain_timeout=0.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.reporter.aclose()
+        await self.reporter.clear_all()
+        await self.demand.aclose()

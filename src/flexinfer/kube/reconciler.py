@@ -1,0 +1,222 @@
+"""Reconciles one unit (an exclusive Model, or every member of a shared group) from the store.
+
+Per pass: validate (invalid → phase Failed, ``ConfigValid=False``, Warning event, nothing rendered);
+elect the group's active member (``flexinfer.core.election``, GPULeases honoured); per member, plan
+replicas (``flexinfer.core.model_status_plan``), write a preemption first (Preempted status, Normal
+event ``Preempted``, preemptions counter) and re-check in-flight reports on the written object, apply the
+rendered Deployment + Service (``flexinfer.kube.applier``), derive the status from the applied Deployment
+and the newest pod and write it only when it changed; observe lifecycle metrics on transitions; finally
+arm a timer for the next time-driven change. Called by the reconcile queue (``flexinfer.kube.manager``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from flexinfer.api.errors import FlexInferError, InvalidResourceError
+from flexinfer.api.model import Model, ModelStatus
+from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.election import Election, Member, active_lease, elect
+from flexinfer.core.manifests import render_model
+from flexinfer.core.model_status import (
+    DeploymentFacts,
+    build_status,
+    failed_status,
+    loading_detail,
+    newest_pod,
+    status_patch,
+)
+from flexinfer.core.model_status_plan import (
+    ManagerPolicy,
+    MemberInputs,
+    MemberPlan,
+    busy_proxies,
+    finish_member,
+    next_wakeup,
+    plan_member,
+    swap_source,
+)
+from flexinfer.core.replicas import ReplicaContext
+from flexinfer.kube.applier import Applier
+from flexinfer.kube.client import KubeApi
+from flexinfer.kube.lifecycle import LifecycleTracker
+from flexinfer.kube.ports import LifecycleSink, ReconcileScope
+from flexinfer.kube.store import Store, Unit
+
+log = logging.getLogger("flexinfer.manager")
+Body = dict[str, Any]
+ACTIVE_SERVICES = "ai.flexinfer/active-services"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _deleting(body: Body) -> bool:
+    return bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _annotations(body: Body) -> Mapping[str, str]:
+    return (body.get("metadata") or {}).get("annotations") or {}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One member's inputs and plan for this pass."""
+
+    inputs: MemberInputs
+    plan: MemberPlan
+
+
+class Reconciler:
+    """See the module docstring. ``wake`` arms the unit's timer (wall-clock instant)."""
+
+    def __init__(self, api: KubeApi, store: Store, defaults: ControllerDefaults, policy: ManagerPolicy, *,
+                 sink: LifecycleSink, scope: ReconcileScope, wake: Callable[[Unit, datetime], None],
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self._api, self._store, self._defaults, self._policy = api, store, defaults, policy
+        self._scope, self._wake, self._clock = scope, wake, clock
+        self.applier = Applier(api, store)
+        self.lifecycle = LifecycleTracker(sink)
+
+    async def reconcile(self, unit: Unit) -> None:
+        now = self._clock()
+        parsed = [p for p in self._store.unit_models(unit) if not _deleting(p.body)]
+        for item in parsed:
+            if item.error is not None:
+                await self._invalid(item.body, item.error, now)
+        models = [p.model for p in parsed if p.model is not None]
+        steps = self._plan(unit, models, now)
+        for step in steps:
+            await self._member(step, now)
+        current = [p.model for p in self._store.unit_models(unit) if p.model is not None and not _deleting(p.body)]
+        leases = self._store.leases(unit.namespace) if unit.group else []
+        wake = next_wakeup(current, leases, now, self._policy)
+        if wake is not None:
+            self._wake(unit, wake)
+
+    # ---------------------------------------------------------------- planning (pure calls)
+
+    def _plan(self, unit: Unit, models: list[Model], now: datetime) -> list[Step]:
+        ctx = ReplicaContext(now=now)
+        election = self._elect(unit, models, now) if unit.group else None
+        by_name = {m.name: m for m in models}
+        steps = []
+        for model in models:
+            decision = election.members.get(model.name) if election else None
+            leader = by_name.get(election.leader or "") if election else None
+            live = DeploymentFacts.from_body(self._store.deployment(model.namespace, model.name))
+            busy = bool(busy_proxies(_annotations(self._store_body(model)), now, self._policy.busy_ttl))
+            inputs = MemberInputs(model, live, decision, leader, busy=busy)
+            steps.append(Step(inputs, plan_member(inputs, ctx, self._policy)))
+        if election is not None and election.leader is not None:
+            steps = self._with_swap(steps, election)
+        return steps
+
+    def _elect(self, unit: Unit, models: list[Model], now: datetime) -> Election:
+        timeout = self._policy.election.default_cold_start_timeout
+        members = [Member.from_model(m, default_cold_start_timeout=timeout) for m in models]
+        lease = active_lease(self._store.leases(unit.namespace), unit.name, now)
+        return elect(members, now, self._policy.election, lease)
+
+    @staticmethod
+    def _with_swap(steps: list[Step], election: Election) -> list[Step]:
+        shared = [(s.inputs.model.name, s.plan.shared) for s in steps]
+        out = [replace(s, inputs=replace(s.inputs, swap=swap_source(s.inputs.model, shared)))
+               if s.inputs.model.name == election.leader else s for s in steps]
+        # Losers first: the incumbent is marked Preempted before the winner is scaled up.
+        return sorted(out, key=lambda s: s.inputs.model.name == election.leader)
+
+    def _store_body(self, model: Model) -> Body:
+        parsed = self._store.model(model.namespace, model.name)
+        return parsed.body if parsed is not None else {}
+
+    # ---------------------------------------------------------------- one member (I/O)
+
+    async def _member(self, step: Step, now: datetime) -> None:
+        model = step.inputs.model
+        async with self._scope("model", model.namespace, model.name):
+            try:
+                rendered = self._render(model, step.plan)
+            except FlexInferError as error:
+                await self._invalid(self._store_body(model), error, now)
+                return
+            if step.plan.preempt_now:
+                step, model = await self._preempt(step, now)
+                rendered = self._render(model, step.plan)
+            deployment = await self.applier.apply(rendered[0])
+            await self.applier.apply(rendered[1])
+            await self._write_status(step, model, DeploymentFacts.from_body(deployment), now)
+
+    def _render(self, model: Model, plan: MemberPlan) -> list[Body]:
+        caches = self._store.caches(model.namespace)
+        deployment, service = render_model(model, caches, self._defaults, plan.replicas)
+        if plan.shared is not None:
+            active = ",".join(model.spec.service_labels) if plan.shared.state == "Active" else ""
+            service["metadata"].setdefault("annotations", {})[ACTIVE_SERVICES] = active
+        return [deployment, service]
+
+    async def _preempt(self, step: Step, now: datetime) -> tuple[Step, Model]:
+        """Mark the loser Preempted before touching replicas; proxies that reported in-flight requests
+        before this write are visible on the object it returns (see docs/operations/rbac.md)."""
+        model, plan = step.inputs.model, step.plan
+        finished = finish_member(step.inputs, plan, step.inputs.deployment, None, now)
+        body = await self._patch(model, status_patch(model.status, build_status(model, finished.inputs)))
+        to = step.inputs.decision.preempted_by if step.inputs.decision else ""
+        self.lifecycle.preempted(model, to)
+        await self._api.post_event(body, "Normal", "Preempted", plan.preempted_message)
+        log.info("model %s preempted: %s", model.key, plan.preempted_message)
+        busy = busy_proxies(_annotations(body), now, self._policy.busy_ttl)
+        if busy:
+            log.info("model %s drains in-flight requests of %s", model.key, ", ".join(busy))
+        updated = self._model_from(body, model)
+        inputs = replace(step.inputs, model=updated, busy=bool(busy))
+        return Step(inputs, plan_member(inputs, ReplicaContext(now=now), self._policy)), updated
+
+    async def _write_status(self, step: Step, model: Model, applied: DeploymentFacts | None, now: datetime) -> None:
+        pod = newest_pod(self._store.pods(model.namespace, model.name))
+        finished = finish_member(replace(step.inputs, model=model), step.plan, applied, loading_detail(pod), now)
+        status = build_status(model, finished.inputs)
+        patch = status_patch(model.status, status)
+        if patch:
+            await self._patch(model, patch)
+        self.lifecycle.observe(model, status, now)
+
+    async def _patch(self, model: Model, patch: Body) -> Body:
+        body = await self._api.patch_model_status(model.namespace, model.name, patch)
+        self._store.put("Model", body)
+        return body
+
+    @staticmethod
+    def _model_from(body: Body, fallback: Model) -> Model:
+        try:
+            return Model.model_validate(body)
+        except ValueError:
+            return fallback
+
+    async def _invalid(self, body: Body, error: FlexInferError, now: datetime) -> None:
+        """Phase Failed + ``ConfigValid=False``; a Warning event each time the message changes."""
+        meta = body.get("metadata") or {}
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        problems = error.problems if isinstance(error, InvalidResourceError) else []
+        message = "; ".join(str(p) for p in problems) or str(error)
+        old = ModelStatus.model_validate(body.get("status") or {})
+        patch = status_patch(old, failed_status(old, meta.get("generation"), message, now))
+        if not patch:
+            return
+        async with self._scope("model", namespace, name):
+            updated = await self._api.patch_model_status(namespace, name, patch)
+            self._store.put("Model", updated)
+            if "conditions" in patch:
+                await self._api.post_event(updated, "Warning", "ValidationFailed", message)
+                log.warning("model %s/%s is invalid: %s", namespace, name, message)
+        self.lifecycle.failed(namespace, name)
+
+    def forget(self, model: Model | None, namespace: str, name: str) -> None:
+        self.applier.forget(namespace, name)
+        self.lifecycle.forget(model, namespace, name)
+

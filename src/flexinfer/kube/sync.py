@@ -1,0 +1,45 @@
+"""The start-up snapshot: one LIST per watched kind fills the store before the first reconcile.
+
+Without it a shared group could be reconciled while kopf's initial listing has delivered only some of
+its members, and a restarted manager might act on half a group. kopf's own list+watch then keeps the
+store current (older resourceVersions are ignored). Used by ``flexinfer.kube.manager``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.generic_client import ALL_NS
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Pod, Service
+
+from flexinfer.kube.client import ModelResource
+from flexinfer.kube.store import Store
+
+ModelCacheResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelCache", "modelcaches")
+GPULeaseResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "GPULease", "gpuleases")
+MANAGED_SELECTOR: dict[str, Any] = {"app.kubernetes.io/managed-by": "flexinfer"}
+KINDS: tuple[tuple[str, str, Any, dict[str, Any] | None], ...] = (
+    ("ModelCache", "ai.flexinfer/v1alpha1", ModelCacheResource, None),
+    ("GPULease", "ai.flexinfer/v1alpha2", GPULeaseResource, None),
+    ("Deployment", "apps/v1", Deployment, MANAGED_SELECTOR),
+    ("Service", "v1", Service, MANAGED_SELECTOR),
+    ("Pod", "v1", Pod, MANAGED_SELECTOR),
+    ("Model", "ai.flexinfer/v1alpha2", ModelResource, None),
+)
+
+
+async def initial_sync(client: AsyncClient, store: Store, namespaces: Sequence[str] = ()) -> int:
+    """Load every watched object into ``store``; returns the number of Models."""
+    scopes = list(namespaces) or [ALL_NS]
+    for kind, api_version, resource, labels in KINDS:
+        for namespace in scopes:
+            async for item in client.list(resource, namespace=namespace, labels=labels):
+                body = item.to_dict()
+                body.setdefault("apiVersion", api_version)
+                body.setdefault("kind", kind)
+                store.put(kind, body)
+    return store.model_count()

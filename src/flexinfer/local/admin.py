@@ -1,0 +1,127 @@
+"""The admin API of ``flexinfer serve`` (what ``flexinfer status`` and ``flexinfer logs`` talk to).
+
+Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_local``:
+
+- ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
+  endpoint, last_swap_age, draining, pid}]}``
+- ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...]}`` (the server's captured output)
+- ``POST /admin/models/{model}/load[?wait=true]`` / ``POST /admin/models/{model}/unload`` →
+  ``{"model": key, "phase": ...}``
+
+``{model}`` is a name, alias or ``namespace/name``. Errors use the OpenAI error envelope (unknown model →
+404). When a token is given, every route needs ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiohttp import web
+
+from flexinfer.core.errors import BadRequestError, ModelNotFoundError, RequestError, UnauthorizedError
+from flexinfer.local.catalog import ManifestCatalog
+from flexinfer.local.logs import LogStore
+from flexinfer.runtime.dispatcher import ModelState
+
+DEFAULT_TAIL = 200
+MAX_TAIL = 100_000
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def error_body(error: RequestError) -> dict[str, object]:
+    """The OpenAI error envelope for ``error``."""
+    return {"error": {"message": str(error), "type": error.type, "param": error.param, "code": error.code}}
+
+
+def guarded(handler: Handler) -> Handler:
+    """Answer ``RequestError`` with its status and envelope (independent of the host app's middleware)."""
+
+    @functools.wraps(handler)
+    async def wrapper(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except RequestError as error:
+            return web.json_response(error_body(error), status=error.status)
+
+    return wrapper
+
+
+class Control(Protocol):
+    """The dispatcher's control surface used here."""
+
+    def snapshot(self) -> list[ModelState]: ...
+
+    async def preload(self, model: str, wait: bool = False, timeout: float | None = None) -> str: ...
+
+    async def unload(self, model: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class AdminApi:
+    """The admin handlers over the dispatcher, the catalog and the engine's logs."""
+
+    control: Control
+    catalog: ManifestCatalog
+    logs: LogStore
+    pid: Callable[[str], int | None]
+    token: str = ""
+
+    def routes(self) -> Sequence[web.RouteDef]:
+        return [
+            web.get("/admin/status", guarded(self.status)),
+            web.get("/admin/logs/{model:.+}", guarded(self.model_logs)),
+            web.post("/admin/models/{model:.+}/load", guarded(self.load)),
+            web.post("/admin/models/{model:.+}/unload", guarded(self.unload)),
+        ]
+
+    def _check(self, request: web.Request) -> None:
+        if not self.token:
+            return
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            raise UnauthorizedError("Invalid or missing bearer token")
+
+    def _key(self, request: web.Request) -> str:
+        name = request.match_info["model"]
+        key = self.catalog.key(name)
+        if key is None:
+            raise ModelNotFoundError(name)
+        return key
+
+    async def status(self, request: web.Request) -> web.Response:
+        self._check(request)
+        return web.json_response({"models": [self._state(s) for s in self.control.snapshot()]})
+
+    def _state(self, state: ModelState) -> dict[str, object]:
+        return {
+            "key": state.key, "name": state.name, "namespace": state.namespace, "group": state.group,
+            "priority": state.priority, "phase": state.phase, "queue_depth": state.queue_depth,
+            "in_flight": state.in_flight, "endpoint": state.endpoint.base_url if state.endpoint else None,
+            "last_swap_age": state.last_swap_age, "draining": state.draining, "pid": self.pid(state.key),
+        }
+
+    async def model_logs(self, request: web.Request) -> web.Response:
+        self._check(request)
+        key = self._key(request)
+        tail = request.query.get("tail", str(DEFAULT_TAIL))
+        if not tail.isdigit() or int(tail) > MAX_TAIL:
+            raise BadRequestError(f"tail must be an integer between 0 and {MAX_TAIL}", param="tail")
+        return web.json_response({"model": key, "lines": self.logs.tail(key, int(tail)) or []})
+
+    async def load(self, request: web.Request) -> web.Response:
+        self._check(request)
+        key = self._key(request)
+        wait = request.query.get("wait", "").lower() in ("1", "true", "yes")
+        phase = await self.control.preload(key, wait=wait)
+        return web.json_response({"model": key, "phase": phase})
+
+    async def unload(self, request: web.Request) -> web.Response:
+        self._check(request)
+        key = self._key(request)
+        await self.control.unload(key)
+        phase = next((s.phase for s in self.control.snapshot() if s.key == key), "Idle")
+        return web.json_response({"model": key, "phase": phase})

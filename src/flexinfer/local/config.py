@@ -1,0 +1,90 @@
+"""Settings of ``flexinfer serve`` (the local engine and its swap policy) from an environment snapshot.
+
+``local_config(env, base_dir)`` parses the ``FLEXINFER_*`` variables below (``ENV_VARS`` is the
+documentation table); a malformed value raises ``ConfigError`` naming the variable. Pure apart from
+computing default paths. Called by ``flexinfer.assembly.run_local``; tests pass plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from flexinfer.api.units import parse_duration
+from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.errors import ConfigError
+from flexinfer.local.engine import LocalEngineSettings
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One documented variable."""
+
+    name: str
+    default: str
+    description: str
+
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("FLEXINFER_STATE_DIR", "$XDG_STATE_HOME/flexinfer or ~/.local/state/flexinfer",
+           "Where model-server logs are kept (`logs/<namespace>_<model>.log`)."),
+    EnvVar("FLEXINFER_SHM_ROOT", "/dev/shm/flexinfer", "Flash-loader destination root (tmpfs)."),
+    EnvVar("FLEXINFER_STOP_GRACE", "10s", "Time between SIGTERM and SIGKILL when a model server is stopped."),
+    EnvVar("FLEXINFER_START_TIMEOUT", "5m", "Readiness budget of a model server (`spec.config.startupTimeout` "
+           "overrides it per model)."),
+    EnvVar("FLEXINFER_SWAP_MIN_HOLD", "15s", "A model keeps a shared GPU at least this long after Ready "
+           "(anti-thrash; never delays a starving model)."),
+    EnvVar("FLEXINFER_SWAP_MAX_WAIT", "30s", "A model whose oldest request waited this long gets the GPU next."),
+    EnvVar("FLEXINFER_DRAIN_TIMEOUT", "30s", "How long an outgoing model may finish in-flight requests."),
+    EnvVar("FLEXINFER_RESTART_BACKOFF", "5s", "Backoff after a failed start (doubles per failure, max 5m)."),
+)
+_DEFAULTS = {var.name: var.default for var in ENV_VARS}
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Everything ``serve`` needs besides the proxy's own ``PROXY_*`` settings."""
+
+    engine: LocalEngineSettings
+    policy: ArbiterPolicy
+
+
+def state_dir(env: Mapping[str, str]) -> Path:
+    """``FLEXINFER_STATE_DIR``, else ``$XDG_STATE_HOME/flexinfer``, else ``~/.local/state/flexinfer``."""
+    if env.get("FLEXINFER_STATE_DIR", "").strip():
+        return Path(env["FLEXINFER_STATE_DIR"].strip()).expanduser()
+    if env.get("XDG_STATE_HOME", "").strip():
+        return Path(env["XDG_STATE_HOME"].strip()) / "flexinfer"
+    home = env.get("HOME", "").strip()
+    return (Path(home) if home else Path.home()) / ".local" / "state" / "flexinfer"
+
+
+def duration(env: Mapping[str, str], name: str) -> float:
+    """A duration variable in seconds (missing → documented default); ``ConfigError`` when malformed."""
+    text = env.get(name, "").strip() or _DEFAULTS[name]
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if seconds < 0:
+        raise ConfigError(f"{name} must not be negative")
+    return seconds
+
+
+def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: float = 60.0,
+                 queue_limit: int = 100) -> LocalConfig:
+    """Parse the local-mode variables; the proxy's cold-start timeout and queue size feed the policy."""
+    shm = env.get("FLEXINFER_SHM_ROOT", "").strip() or _DEFAULTS["FLEXINFER_SHM_ROOT"]
+    engine = LocalEngineSettings(
+        stop_grace=duration(env, "FLEXINFER_STOP_GRACE"),
+        start_timeout=duration(env, "FLEXINFER_START_TIMEOUT") or 300.0,
+        log_dir=state_dir(env) / "logs", shm_root=Path(shm), base_dir=base_dir, env=dict(env),
+    )
+    policy = ArbiterPolicy(
+        min_hold=duration(env, "FLEXINFER_SWAP_MIN_HOLD"), max_wait=duration(env, "FLEXINFER_SWAP_MAX_WAIT"),
+        drain_timeout=duration(env, "FLEXINFER_DRAIN_TIMEOUT"),
+        restart_backoff=duration(env, "FLEXINFER_RESTART_BACKOFF"),
+        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit,
+    )
+    return LocalConfig(engine=engine, policy=policy)

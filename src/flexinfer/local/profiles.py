@@ -1,0 +1,214 @@
+"""Backend launch profiles as data, and their resolution into one concrete command for one model.
+
+A profile lists launch variants in preference order (``llamacpp``: the ``llama-server`` binary if it is on
+``PATH``, else ``python -m llama_cpp.server``); an explicit ``spec.config.command`` (list form) overrides the
+profile for any backend. Placeholders ``{model_path}``, ``{port}``, ``{host}``, ``{served_name}`` and
+``{python}`` are substituted textually (other braces are left alone). Used by ``flexinfer.local.engine``
+at activation time and by ``flexinfer.local.validation`` at ``serve`` start.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from flexinfer.api.model import Model
+from flexinfer.core.errors import EngineError
+
+PLACEHOLDERS = ("model_path", "port", "host", "served_name", "python")
+DEFAULT_COMMAND_HEALTH_PATH = "/v1/models"
+
+
+@dataclass(frozen=True)
+class LaunchVariant:
+    """One way to start a backend: an argv template, its health path, and what must be installed."""
+
+    label: str
+    """How messages name it (``python -m llama_cpp.server``)."""
+    argv: tuple[str, ...]
+    health_path: str
+    binary: str | None = None
+    """An executable that must be on ``PATH`` (also ``argv[0]``)."""
+    module: str | None = None
+    """A Python package that must be importable by ``{python}``."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment templates: servers that read settings from variables (``PORT``…) get the same values."""
+
+
+@dataclass(frozen=True)
+class BackendProfile:
+    """A backend's launch variants (first available wins) and what to tell a user who has none."""
+
+    name: str
+    variants: tuple[LaunchVariant, ...]
+    install_hint: str
+
+
+_LISTEN = ("--host", "{host}", "--port", "{port}")
+PROFILES: dict[str, BackendProfile] = {
+    "llamacpp": BackendProfile(
+        name="llamacpp",
+        variants=(
+            LaunchVariant(
+                label="llama-server",
+                argv=("llama-server", "--model", "{model_path}", *_LISTEN, "--alias", "{served_name}"),
+                health_path="/health", binary="llama-server",
+            ),
+            LaunchVariant(
+                label="python -m llama_cpp.server",
+                argv=("{python}", "-m", "llama_cpp.server", "--model", "{model_path}", *_LISTEN,
+                      "--model_alias", "{served_name}"),
+                health_path="/v1/models", module="llama_cpp",
+                # its pydantic settings read HOST/PORT/MODEL from the environment, over the arguments
+                env=(("HOST", "{host}"), ("PORT", "{port}"), ("MODEL", "{model_path}")),
+            ),
+        ),
+        install_hint="put llama.cpp's `llama-server` on PATH or install `flexinfer[llamacpp]` "
+                     "(llama-cpp-python[server])",
+    ),
+    "vllm": BackendProfile(
+        name="vllm",
+        variants=(
+            LaunchVariant(
+                label="vllm serve",
+                argv=("vllm", "serve", "{model_path}", *_LISTEN, "--served-model-name", "{served_name}"),
+                health_path="/health", binary="vllm",
+            ),
+        ),
+        install_hint="install vLLM so that `vllm` is on PATH",
+    ),
+}
+
+
+class Availability(Protocol):
+    """What is installed on this machine (injected so tests can pretend)."""
+
+    @property
+    def python(self) -> str:
+        """The interpreter that runs ``{python}`` commands."""
+
+    def which(self, name: str) -> str | None: ...
+
+    def has_module(self, name: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SystemAvailability:
+    """The real machine: executables on ``path`` (the ``PATH`` given to children) and this interpreter."""
+
+    path: str | None = None
+    python: str = field(default=sys.executable)
+
+    def which(self, name: str) -> str | None:
+        return shutil.which(name, path=self.path)
+
+    def has_module(self, name: str) -> bool:
+        return importlib.util.find_spec(name) is not None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A resolved command: argv, extra environment, and the path that answers 200 once Ready."""
+
+    argv: tuple[str, ...]
+    health_path: str
+    env: Mapping[str, str]
+    origin: str
+    """``spec.config.command`` or ``<backend> via <variant label>`` (for messages)."""
+
+
+def served_name(model: Model) -> str:
+    """The name the server answers to: ``spec.config.servedModelName`` (what the proxy rewrites request bodies
+    to), else the model's name."""
+    configured = model.spec.config.get("servedModelName")
+    if isinstance(configured, str) and configured:
+        return configured
+    return model.name
+
+
+def substitute(template: Sequence[str], values: Mapping[str, str]) -> tuple[str, ...]:
+    """Replace ``{placeholder}`` occurrences of the known names; other text (and braces) stays as is."""
+    out = []
+    for arg in template:
+        text = arg
+        for key in PLACEHOLDERS:
+            if key in values:
+                text = text.replace("{" + key + "}", values[key])
+        out.append(text)
+    return tuple(out)
+
+
+def plan_launch(model: Model, model_path: str, port: int, host: str, installed: Availability) -> LaunchPlan:
+    """Resolve the command for ``model``; ``EngineError`` saying what to do when none can run."""
+    values = {"model_path": model_path, "port": str(port), "host": host,
+              "served_name": served_name(model), "python": installed.python}
+    env = config_env(model)
+    command = model.spec.config.get("command")
+    if command is not None:
+        return LaunchPlan(substitute(command_argv(model), values), command_health_path(model), env,
+                          "spec.config.command")
+    variant = choose_variant(model, installed)
+    argv = substitute(variant.argv, values) + extra_args(model)
+    names = [name for name, _ in variant.env]
+    profile_env = dict(zip(names, substitute([value for _, value in variant.env], values), strict=True))
+    return LaunchPlan(argv, variant.health_path, {**profile_env, **env}, f"{model.backend} via {variant.label}")
+
+
+def choose_variant(model: Model, installed: Availability) -> LaunchVariant:
+    """The first installed variant of the model's backend profile."""
+    profile = PROFILES.get(model.backend)
+    if profile is None:
+        raise EngineError(
+            f"model {model.key}: backend {model.backend!r} has no local launch profile "
+            f"(known: {', '.join(sorted(PROFILES))}); set spec.config.command to the server command, "
+            f"e.g. [\"my-server\", \"--port\", \"{{port}}\", \"--model\", \"{{model_path}}\"]"
+        )
+    for variant in profile.variants:
+        if variant.binary and installed.which(variant.binary) is None:
+            continue
+        if variant.module and not installed.has_module(variant.module):
+            continue
+        return variant
+    raise EngineError(
+        f"model {model.key}: no {profile.name} backend is installed on this machine; "
+        f"{profile.install_hint}, or set spec.config.command"
+    )
+
+
+def command_argv(model: Model) -> list[str]:
+    """``spec.config.command`` validated as a non-empty list of strings."""
+    command = model.spec.config.get("command")
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+        raise EngineError(
+            f"model {model.key}: spec.config.command must be a non-empty list of strings "
+            f"(e.g. [\"server\", \"--port\", \"{{port}}\"]), got {command!r}"
+        )
+    return command
+
+
+def command_health_path(model: Model) -> str:
+    """``spec.config.healthPath`` (must start with ``/``), default ``/v1/models``."""
+    path = model.spec.config.get("healthPath", DEFAULT_COMMAND_HEALTH_PATH)
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise EngineError(f"model {model.key}: spec.config.healthPath must be a path such as /health, got {path!r}")
+    return path
+
+
+def config_env(model: Model) -> dict[str, str]:
+    """``spec.config.env``: a mapping of names to scalar values, rendered as strings."""
+    env = model.spec.config.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str | int | float | bool) for v in env.values()):
+        raise EngineError(f"model {model.key}: spec.config.env must map names to strings, got {env!r}")
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def extra_args(model: Model) -> tuple[str, ...]:
+    """``spec.config.args``: extra arguments appended to a profile's command (e.g. ``["--n_ctx", "512"]``)."""
+    args = model.spec.config.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str | int | float) for a in args):
+        raise EngineError(f"model {model.key}: spec.config.args must be a list of strings, got {args!r}")
+    return tuple(str(a) for a in args)

@@ -1,0 +1,159 @@
+"""charts/flexinfer against a real kube-apiserver (hack/kube-testbed): helm install, upgrade and uninstall,
+CRDs installed from crds/, and `kubectl auth can-i` for the manager and proxy ServiceAccounts: each can do
+exactly what the RBAC tables in support.helm_chart list, and the listed forbidden actions are refused.
+
+There is no kubelet or scheduler, so pods stay Pending; helm runs without --wait. The tests share one release
+and run in file order: install, permission checks, upgrade, rollback, uninstall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support.helm_chart import (
+    CHART_DIR,
+    MANAGER_CLUSTER_PERMISSIONS,
+    MANAGER_FORBIDDEN,
+    MANAGER_NAMESPACE_PERMISSIONS,
+    NAMESPACE,
+    PROXY_CLUSTER_PERMISSIONS,
+    PROXY_FORBIDDEN,
+    RELEASE,
+    Helm,
+    Rule,
+    container,
+    env_map,
+    pinned_helm,
+)
+from support.kube_testbed import KubeTestbed
+
+pytestmark = pytest.mark.integration
+
+MANAGER_SA = f"system:serviceaccount:{NAMESPACE}:flexinfer-manager"
+PROXY_SA = f"system:serviceaccount:{NAMESPACE}:flexinfer-proxy"
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTestbed]:
+    bed = KubeTestbed(Path(tmp_path_factory.mktemp("chart")) / "kube").start()
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture(scope="module")
+def installed(testbed: KubeTestbed, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The chart installed with its defaults into flexinfer-system (revision 1)."""
+    assert testbed.kubeconfig is not None
+    helm = pinned_helm(Path(tmp_path_factory.mktemp("helm-home"))).with_kubeconfig(testbed.kubeconfig)
+    helm.run("install", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE, "--create-namespace", timeout=300)
+    return helm
+
+
+def can_i(testbed: KubeTestbed, who: str, rule: Rule, namespace: str | None = None) -> bool:
+    group, resource, verb = rule
+    name, _, sub = resource.partition("/")
+    target = f"{name}.{group}" if group else name
+    args = ["auth", "can-i", verb, target, "--as", who]
+    args += ["--subresource", sub] if sub else []
+    args += ["-n", namespace] if namespace else ["--all-namespaces"]
+    proc = testbed.kubectl(*args, check=False)
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl {' '.join(args)}: {proc.stdout} {proc.stderr}"
+    return answer == "yes"
+
+
+def answers(testbed: KubeTestbed, who: str, rules: set[Rule], namespace: str | None = None) -> dict[Rule, bool]:
+    ordered = sorted(rules)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = pool.map(lambda r: can_i(testbed, who, r, namespace), ordered)
+        return dict(zip(ordered, results, strict=True))
+
+
+def deployment(testbed: KubeTestbed, name: str) -> dict[str, Any]:
+    return testbed.kubectl_json("-n", NAMESPACE, "get", "deployment", name)
+
+
+def test_install_creates_crds_and_workloads(testbed: KubeTestbed, installed: Helm) -> None:
+    crd_files = sorted(CHART_DIR.glob("crds/*.yaml"))
+    assert crd_files, "charts/flexinfer/crds/ is empty: run `flexinfer crds`"
+    for path in crd_files:
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        testbed.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    status = installed.run("status", RELEASE, "--namespace", NAMESPACE).stdout
+    assert "STATUS: deployed" in status and "REVISION: 1" in status
+    manager = container(deployment(testbed, "flexinfer-manager"), "manager")
+    assert env_map(manager)["DEFAULT_FLASH_LOADER_ENABLED"] == "false"
+    assert deployment(testbed, "flexinfer-proxy")["spec"]["replicas"] == 1
+    for sa in ("flexinfer-manager", "flexinfer-proxy"):
+        testbed.kubectl("-n", NAMESPACE, "get", "serviceaccount", sa)
+
+
+def test_manager_can_do_what_it_needs(testbed: KubeTestbed, installed: Helm) -> None:
+    cluster = answers(testbed, MANAGER_SA, set(MANAGER_CLUSTER_PERMISSIONS))
+    assert [rule for rule, ok in cluster.items() if not ok] == []
+    lease = answers(testbed, MANAGER_SA, set(MANAGER_NAMESPACE_PERMISSIONS), NAMESPACE)
+    assert [rule for rule, ok in lease.items() if not ok] == []
+
+
+def test_manager_cannot_do_more(testbed: KubeTestbed, installed: Helm) -> None:
+    refused = answers(testbed, MANAGER_SA, set(MANAGER_FORBIDDEN))
+    assert [rule for rule, ok in refused.items() if ok] == []
+    # the leader-election Lease is granted in the release namespace only
+    elsewhere = answers(testbed, MANAGER_SA, set(MANAGER_NAMESPACE_PERMISSIONS), "default")
+    assert [rule for rule, ok in elsewhere.items() if ok] == []
+
+
+def test_proxy_can_do_what_it_needs_and_no_more(testbed: KubeTestbed, installed: Helm) -> None:
+    granted = answers(testbed, PROXY_SA, set(PROXY_CLUSTER_PERMISSIONS))
+    assert [rule for rule, ok in granted.items() if not ok] == []
+    refused = answers(testbed, PROXY_SA, set(PROXY_FORBIDDEN))
+    assert [rule for rule, ok in refused.items() if ok] == []
+
+
+def test_upgrade_applies_flash_loader_tracing_and_pdb(testbed: KubeTestbed, installed: Helm) -> None:
+    installed.run(
+        "upgrade", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE, "--reuse-values",
+        "--set", "controller.runtime.flashLoader.enabled=true",
+        "--set", "observability.tracing.enabled=true",
+        "--set", "observability.tracing.otlpEndpoint=http://otel-collector.observability:4318",
+        "--set", "proxy.replicas=2",
+        timeout=300,
+    )  # fmt: skip
+    assert "REVISION: 2" in installed.run("status", RELEASE, "--namespace", NAMESPACE).stdout
+    manager = env_map(container(deployment(testbed, "flexinfer-manager"), "manager"))
+    proxy = env_map(container(deployment(testbed, "flexinfer-proxy"), "proxy"))
+    assert manager["DEFAULT_FLASH_LOADER_ENABLED"] == "true"
+    for env in (manager, proxy):
+        assert env["FLEXINFER_OTEL_ENABLED"] == "true"
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
+    pdb = testbed.kubectl_json("-n", NAMESPACE, "get", "poddisruptionbudget", "flexinfer-proxy")
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_rollback_restores_the_previous_env(testbed: KubeTestbed, installed: Helm) -> None:
+    installed.run("rollback", RELEASE, "1", "--namespace", NAMESPACE, timeout=300)
+    manager = env_map(container(deployment(testbed, "flexinfer-manager"), "manager"))
+    assert manager["DEFAULT_FLASH_LOADER_ENABLED"] == "false"
+    assert "FLEXINFER_OTEL_ENABLED" not in manager
+    gone = testbed.kubectl("-n", NAMESPACE, "get", "poddisruptionbudget", "flexinfer-proxy", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def test_uninstall_removes_the_release_and_keeps_crds(testbed: KubeTestbed, installed: Helm) -> None:
+    installed.run("uninstall", RELEASE, "--namespace", NAMESPACE, timeout=300)
+    for kind, name in (("deployment", "flexinfer-manager"), ("deployment", "flexinfer-proxy")):
+        gone = testbed.kubectl("-n", NAMESPACE, "get", kind, name, check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+    gone = testbed.kubectl("get", "clusterrole", "flexinfer-manager", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    # helm never deletes CRDs from crds/ (that would delete every Model): they stay.
+    testbed.kubectl("get", "crd", "models.ai.flexinfer")
+    assert RELEASE not in installed.run("list", "--namespace", NAMESPACE, "-q").stdout.split()

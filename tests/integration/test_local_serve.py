@@ -1,0 +1,202 @@
+"""``flexinfer serve`` end to end, as a real process.
+
+- Two tiny GGUF models served by llama-cpp-python (``python -m llama_cpp.server``) share one GPU group; the
+  official ``openai`` client alternates plain and streaming chats between them; swaps happen, every request
+  succeeds, and the cold-start/swap histograms hold one sample per activation/swap.
+- 200 concurrent requests over 3 models in one group (the scripted fake server): every request is answered
+  (200, or a documented 429/503/504), none hangs past its timeout, and no server is stopped with requests
+  in flight (every 200 stream is complete).
+- The admin API / ``flexinfer status`` / ``flexinfer logs``, and no model server left after SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from support.local_serve import (
+    ServeProcess,
+    fake_server_command,
+    histogram_count,
+    model_manifest,
+    serve_env,
+    write_manifests,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+@pytest.fixture
+def serve_factory(tmp_path: Path) -> Iterator:
+    started: list[ServeProcess] = []
+
+    def start(documents: list[dict], **env: str) -> ServeProcess:
+        manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
+        serve = ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", **env))
+        started.append(serve)
+        return serve
+
+    yield start
+    for serve in started:
+        serve.stop()
+
+
+# ---------------------------------------------------------------- llama.cpp, openai client
+
+
+needs_llama = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None,
+    reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)")
+
+
+@needs_llama
+def test_two_tiny_gguf_models_swap_behind_the_openai_api(serve_factory, tmp_path: Path) -> None:
+    from openai import OpenAI
+
+    from support.tiny_gguf import write_tiny_gguf
+
+    args = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    docs = [model_manifest(name, write_tiny_gguf(tmp_path / name / "model.gguf", seed=seed), "tiny", args)
+            for seed, name in enumerate(["tiny-a", "tiny-b"])]
+    serve = serve_factory(docs)
+    client = OpenAI(base_url=serve.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    order = ["tiny-a", "tiny-b", "tiny-a", "tiny-b"]
+    for model in order:
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hello"}],
+                                               max_tokens=8, temperature=0)
+        assert reply.choices[0].message.content is not None and reply.usage is not None
+        assert reply.usage.completion_tokens > 0
+        stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=8, temperature=0, stream=True)
+        chunks = list(stream)
+        assert chunks and chunks[-1].choices[0].finish_reason is not None
+
+    metrics = fetch(serve.url + "/metrics")
+    cold = histogram_count(metrics, "flexinfer_model_cold_start_duration_seconds")
+    swaps = histogram_count(metrics, "flexinfer_model_swap_duration_seconds", group="tiny")
+    activations = len(order)  # every activation is a cold-start sample; all but the first are also swaps
+    assert cold == activations, metrics
+    assert swaps == activations - 1, metrics
+    assert histogram_count(metrics, "flexinfer_model_swap_duration_seconds", model="tiny-a") == 1
+    assert histogram_count(metrics, "flexinfer_model_swap_duration_seconds", model="tiny-b") == 2
+
+
+# ---------------------------------------------------------------- concurrency with the fake server
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, model: str, timeout: float) -> tuple[int, bool]:
+    """POST a streaming chat; returns (status, stream complete)."""
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    async with asyncio.timeout(timeout):
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            text = await response.text()
+    return response.status, text.rstrip().endswith("data: [DONE]")
+
+
+def test_200_concurrent_requests_over_3_models_in_one_group(serve_factory, tmp_path: Path) -> None:
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"w")
+    command = fake_server_command("--startup-delay", "0.2", "--chunks", "4", "--chunk-interval", "0.01")
+    models = ["m0", "m1", "m2"]
+    serve = serve_factory([model_manifest(m, weights, "trio", {"command": command}) for m in models],
+                          PROXY_COLD_START_TIMEOUT="60s", PROXY_QUEUE_TIMEOUT="60s")
+
+    async def burst() -> list[tuple[int, bool]]:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            return await asyncio.gather(*(one_request(session, serve.url, models[i % 3], 90) for i in range(200)))
+
+    results = asyncio.run(burst())
+    statuses = [status for status, _ in results]
+    assert set(statuses) <= {200, 429, 503, 504}, statuses
+    assert statuses.count(200) > 0
+    assert all(complete for status, complete in results if status == 200), "a stream was cut (server stopped?)"
+    log = "".join(serve.output)
+    assert "Traceback" not in log, log
+
+
+# ---------------------------------------------------------------- admin API, CLI, shutdown
+
+
+def run_cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "flexinfer.cli.main", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_admin_api_cli_and_no_orphans_after_sigterm(serve_factory, tmp_path: Path) -> None:
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"w")
+    docs = [model_manifest(m, weights, "pair", {"command": fake_server_command("--model-name", m)})
+            for m in ("left", "right")]
+    docs.append(model_manifest("broken", weights, None, {"command": fake_server_command("--crash-at-start")}))
+    serve = serve_factory(docs)
+    request = urllib.request.Request(serve.url + "/admin/models/left/load?wait=true", method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert json.loads(response.read())["phase"] == "Ready"
+    status = json.loads(fetch(serve.url + "/admin/status"))["models"]
+    left = next(m for m in status if m["name"] == "left")
+    assert left["endpoint"].startswith("http://127.0.0.1:") and left["pid"] > 0
+
+    table = run_cli("status", "--url", serve.url)
+    assert "left" in table and "Ready" in table and "pair" in table
+    assert "FAKE_OPENAI_PORT=" in run_cli("logs", "left", "--url", serve.url, "--tail", "5")
+
+    failed = urllib.request.Request(serve.url + "/admin/models/broken/load?wait=true", method="POST")
+    with urllib.request.urlopen(failed, timeout=60) as response:
+        assert json.loads(response.read())["phase"] == "Failed"
+    assert "crashing at start as scripted" in run_cli("logs", "broken", "--url", serve.url)
+
+    assert serve.stop() == 0
+    assert not alive(left["pid"])
+
+
+# ---------------------------------------------------------------- flash-loader staging (in process)
+
+
+async def test_flash_loader_stages_weights_before_the_server_starts(tmp_path: Path) -> None:
+    from flexinfer.assembly import start_local
+    from support.local_processes import stub_command
+
+    weights = tmp_path / "weights" / "model.gguf"
+    weights.parent.mkdir()
+    weights.write_bytes(os.urandom(1 << 20))
+    doc = model_manifest("staged", weights, None, {"command": stub_command()},
+                         cache={"flashLoader": {"enabled": True}})
+    manifests = write_manifests(tmp_path / "models" / "m.yaml", [doc])
+    env = serve_env(tmp_path / "state", FLEXINFER_SHM_ROOT=str(tmp_path / "shm"))
+    server = await start_local([manifests], host="127.0.0.1", port=0, env=env)
+    try:
+        assert await server.dispatcher.preload("staged", wait=True, timeout=60) == "Ready"
+        staged = tmp_path / "shm" / "default" / "staged" / "model.gguf"
+        assert staged.read_bytes() == weights.read_bytes()
+        lines = server.engine.logs.tail("default/staged") or []
+        assert any(f"--model {staged}" in line for line in lines), lines
+    finally:
+        await server.close()
+    assert server.engine.child_pids == []

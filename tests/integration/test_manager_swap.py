@@ -1,0 +1,148 @@
+"""Shared-GPU swaps driven by proxy demand, the in-flight drain, and a manager restart mid-swap — against a
+real kube-apiserver (Deployments are marked ready through their status subresource)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lightkube import ApiError
+from lightkube.types import PatchType
+
+from flexinfer.kube.client import ModelResource
+from support.manager_harness import (
+    Cluster,
+    cluster,
+    kube_testbed,
+    manager_config,
+    metric_value,
+    rfc3339,
+    start_manager,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["kube_testbed"]
+
+
+def shared(priority: int) -> dict[str, Any]:
+    return {"gpu": {"vendor": "amd", "shared": "gfx1100-0", "priority": priority}}
+
+
+async def make_low_ready(c: Cluster) -> None:
+    """``low`` (priority 100) activated by demand and Ready; ``high`` (200) idle in the same group."""
+    await c.create_model("low", **shared(100))
+    await c.create_model("high", **shared(200))
+    await c.phase_is("low", "Idle")
+    await c.phase_is("high", "Idle")
+    await c.demand("low")
+    await c.replicas_are("low", 1)
+    await c.set_deployment_status("low", replicas=1, readyReplicas=1, availableReplicas=1)
+    await c.phase_is("low", "Ready")
+
+
+async def test_demand_for_a_higher_priority_member_swaps_the_gpu(kube_testbed: Any) -> None:
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await make_low_ready(c)
+            await c.demand("high")
+            low = await c.phase_is("low", "Preempted")
+            assert low["sharedGroup"]["state"] == "Preempted" and low["sharedGroup"]["preemptedBy"] == "high"
+            assert low["loadingSubstage"] == "Preempted" and "high" in low["message"]
+            await c.replicas_are("low", 0)
+            await c.replicas_are("high", 1)
+            high = await c.status("high")
+            assert high["activation"]["kind"] == "swap" and high["activation"]["preempted"] == "low"
+
+            async def preempted_event() -> list[Any]:
+                return [e for e in await c.events("low") if e["reason"] == "Preempted"]
+            assert (await c.wait_for(preempted_event, what="Preempted event"))[0]["type"] == "Normal"
+
+            await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
+            high = await c.phase_is("high", "Ready")
+            assert "activation" not in high and "preemptedAt" not in high["sharedGroup"]
+            text = await running.metrics()
+            assert metric_value(text, "flexinfer_model_swap_duration_seconds_count", model="high") == 1
+            assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="high") == 1
+            assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="low") == 1
+            assert metric_value(text, "flexinfer_sharedgroup_preemptions_total", **{"from": "low", "to": "high"}) == 1
+            assert metric_value(text, "flexinfer_sharedgroup_state", model="low", state="Preempted") == 1
+        finally:
+            assert await running.close() == 0
+
+
+async def busy_patch(c: Cluster, model: str, proxy: str) -> None:
+    """The proxy's in-flight report: add the annotation only while the model is still Ready (atomic test)."""
+    key = f"inflight.flexinfer.ai~1{proxy}"
+    ops = [{"op": "test", "path": "/status/phase", "value": "Ready"},
+           {"op": "add", "path": f"/metadata/annotations/{key}", "value": rfc3339()}]
+    body = await c.model(model)
+    if not body["metadata"].get("annotations"):
+        ops.insert(1, {"op": "add", "path": "/metadata/annotations", "value": {}})
+    await c.client.patch(ModelResource, model, ops, namespace=c.namespace, patch_type=PatchType.JSON)
+
+
+async def test_a_preempted_member_drains_reported_in_flight_requests(kube_testbed: Any) -> None:
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await make_low_ready(c)
+            await busy_patch(c, "low", "proxy-a")
+            await c.demand("high")
+            await c.phase_is("low", "Preempted")
+            await c.replicas_are("high", 1)
+            await running.manager.queue.idle()
+            assert await c.replicas("low") == 1, "kept serving while proxy-a reports in-flight requests"
+            with pytest.raises(ApiError):  # a proxy that has not reported yet can no longer start forwarding
+                await busy_patch(c, "low", "proxy-b")
+
+            await c.client.patch(ModelResource, "low",
+                                 {"metadata": {"annotations": {"inflight.flexinfer.ai/proxy-a": None}}},
+                                 namespace=c.namespace, patch_type=PatchType.MERGE)
+            await c.replicas_are("low", 0)
+        finally:
+            await running.close()
+
+
+async def test_a_manager_restarted_mid_swap_converges_and_still_measures_the_swap(kube_testbed: Any) -> None:
+    async with cluster(kube_testbed) as c:
+        first = await start_manager(manager_config(c))
+        await make_low_ready(c)
+        await c.demand("high")
+        await c.phase_is("low", "Preempted")
+        await c.replicas_are("high", 1)
+        assert await first.close() == 0
+
+        # While no manager runs, the winner's pod becomes ready.
+        await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
+        second = await start_manager(manager_config(c))
+        try:
+            high = await c.phase_is("high", "Ready")
+            assert high["sharedGroup"]["state"] == "Active" and "activation" not in high
+            low = await c.status("low")
+            assert low["phase"] == "Preempted" and await c.replicas("low") == 0
+            text = await second.metrics()
+            assert metric_value(text, "flexinfer_model_swap_duration_seconds_count", model="high") == 1
+        finally:
+            await second.close()
+
+
+async def test_an_active_gpu_lease_parks_the_whole_group(kube_testbed: Any) -> None:
+    from flexinfer.kube.sync import GPULeaseResource
+
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await make_low_ready(c)
+            lease = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "GPULease",
+                     "metadata": {"name": "finetune", "namespace": c.namespace},
+                     "spec": {"group": "gfx1100-0", "owner": "trainer"}}
+            await c.client.create(GPULeaseResource.from_dict(lease))
+            low = await c.phase_is("low", "Preempted")
+            assert low["sharedGroup"]["preemptedBy"] == "gpu-lease/trainer"
+            await c.replicas_are("low", 0)
+            await c.client.delete(GPULeaseResource, "finetune", namespace=c.namespace)
+            await c.demand("low")
+            await c.replicas_are("low", 1)
+        finally:
+            await running.close()

@@ -1,0 +1,121 @@
+"""Run ``flexinfer serve`` as a real child process for integration tests and benchmarks.
+
+``ServeProcess.start(manifest_dir, env)`` launches ``python -m flexinfer.cli.main serve -f DIR --port 0``,
+waits for its ``listening on URL`` line and returns the handle; ``stop()`` sends SIGTERM and waits. Also:
+Model manifest writing and Prometheus text helpers (histogram sample counts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+def model_manifest(name: str, source: Path, group: str | None = None, config: dict[str, Any] | None = None,
+                   **spec: Any) -> dict[str, Any]:
+    """A ``Model`` document (backend llamacpp unless ``spec`` says otherwise)."""
+    body: dict[str, Any] = {"backend": "llamacpp", "source": source.resolve().as_uri(), **spec}
+    if group:
+        body["gpu"] = {"shared": group}
+    if config:
+        body["config"] = config
+    return {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": name}, "spec": body}
+
+
+def write_manifests(path: Path, documents: Sequence[dict[str, Any]]) -> Path:
+    """Write a multi-document YAML file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return path
+
+
+def fake_server_command(*extra: str) -> list[str]:
+    """A ``spec.config.command`` running ``support.fake_openai`` (``PYTHONPATH`` must include tests/)."""
+    return [sys.executable, "-m", "support.fake_openai", "--port", "{port}", *extra]
+
+
+def serve_env(state_dir: Path, **overrides: str) -> dict[str, str]:
+    """The environment for ``serve``: fast swaps, logs under ``state_dir``, tests importable."""
+    env = {**os.environ, "FLEXINFER_STATE_DIR": str(state_dir), "FLEXINFER_SWAP_MIN_HOLD": "0s",
+           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"), "PYTHONPATH": str(TESTS_DIR)}
+    env.update(overrides)
+    return env
+
+
+class ServeProcess:
+    """A running ``flexinfer serve`` child; its combined output is collected in ``output``."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.output: list[str] = []
+        self.url = ""
+        self._listening = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def start(cls, manifests: Path, env: Mapping[str, str], timeout: float = 60.0) -> ServeProcess:
+        command = [sys.executable, "-m", "flexinfer.cli.main", "serve", "-f", str(manifests), "--port", "0"]
+        proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        serve = cls(proc)
+        deadline = time.monotonic() + timeout
+        while not serve._listening.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                serve.stop()
+                raise RuntimeError("flexinfer serve did not start:\n" + "".join(serve.output))
+        return serve
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            match = LISTENING.search(line)
+            if match and not self.url:
+                self.url = match.group(1)
+                self._listening.set()
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._reader.join(5)
+        return code
+
+
+def histogram_count(metrics_text: str, name: str, **labels: str) -> float:
+    """Sum of ``<name>_count`` samples whose labels include ``labels``."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if not line.startswith(name + "_count"):
+            continue
+        head, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
+    """Poll ``predicate()`` until true; ``AssertionError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached before the deadline")
+        time.sleep(interval)

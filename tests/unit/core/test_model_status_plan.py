@@ -1,0 +1,116 @@
+"""One member's reconcile decisions: preemption, drain gate, activation record, swap source, wake-ups."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flexinfer.api.base import Condition
+from flexinfer.api.model import ActivationStatus, Model, SharedGroupStatus
+from flexinfer.core.election import MemberDecision
+from flexinfer.core.model_status import DeploymentFacts
+from flexinfer.core.model_status_plan import (
+    ManagerPolicy,
+    MemberInputs,
+    activation_clock,
+    busy_proxies,
+    finish_member,
+    next_activation,
+    next_wakeup,
+    plan_member,
+    swap_source,
+)
+from flexinfer.core.replicas import ReplicaContext
+from support.resource_builders import make_model
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+POLICY = ManagerPolicy(drain_timeout=60.0, busy_ttl=30.0)
+
+
+def member(name: str, priority: int = 100, **status: Any) -> Model:
+    model = make_model(name, gpu={"vendor": "amd", "shared": "g", "priority": priority})
+    return model.model_copy(update={"status": model.status.model_copy(update=status)})
+
+
+LOSE = MemberDecision("Preempted", 1, "high", True)
+
+
+def test_busy_proxies_ignore_stale_and_foreign_annotations() -> None:
+    annotations = {"inflight.flexinfer.ai/p1": "2026-01-01T00:00:10Z", "inflight.flexinfer.ai/p2": "2025-12-31T23:00:00Z",
+                   "inflight.flexinfer.ai/p3": "garbage", "other": "2026-01-01T00:00:10Z"}
+    assert busy_proxies(annotations, T0 + timedelta(seconds=20), 30) == ["p1"]
+
+
+def test_a_ready_loser_is_preempted_and_scaled_to_zero() -> None:
+    loser = member("low", phase="Ready")
+    plan = plan_member(MemberInputs(loser, DeploymentFacts(1, 1, 0), LOSE), ReplicaContext(now=T0), POLICY)
+    assert plan.replicas == 0 and plan.preempt_now
+    assert plan.shared is not None and (plan.shared.state, plan.shared.preempted_at) == ("Preempted", T0)
+
+
+def test_the_drain_gate_holds_the_replica_while_proxies_report_requests_until_the_deadline() -> None:
+    inputs = MemberInputs(member("low", phase="Ready"), DeploymentFacts(1, 1, 0), LOSE, busy=True)
+    held = plan_member(inputs, ReplicaContext(now=T0), POLICY)
+    assert held.replicas == 1 and held.draining_until == T0 + timedelta(seconds=60)
+    preempted = member("low", phase="Preempted", shared_group=SharedGroupStatus(
+        group_name="g", state="Preempted", preempted_by="high", preempted_at=T0))
+    later = MemberInputs(preempted, DeploymentFacts(1, 1, 0), MemberDecision("Preempted", 1, "high", False), busy=True)
+    assert plan_member(later, ReplicaContext(now=T0 + timedelta(seconds=61)), POLICY).replicas == 0
+    idle = MemberInputs(preempted, DeploymentFacts(1, 1, 0), MemberDecision("Preempted", 1, "high", False))
+    assert plan_member(idle, ReplicaContext(now=T0 + timedelta(seconds=5)), POLICY).replicas == 0
+
+
+def test_the_winner_of_a_swap_opens_a_swap_activation_at_the_decision() -> None:
+    winner = member("high", 200, phase="Idle", last_active_time=T0 - timedelta(seconds=1))
+    inputs = MemberInputs(winner, DeploymentFacts(0, 0, 0), MemberDecision("Active", 0, "", False),
+                          swap=("low", T0 - timedelta(seconds=2)))
+    plan = plan_member(inputs, ReplicaContext(now=T0), POLICY)
+    assert plan.replicas == 1
+    finished = finish_member(inputs, plan, DeploymentFacts(1, 0, 0), None, T0)
+    act = finished.inputs.activation
+    assert finished.phase == "Pending" and act is not None
+    assert (act.kind, act.decided_at, act.preempted) == ("swap", T0 - timedelta(seconds=2), "low")
+    assert act.demand_since is None  # demand after the decision is not queue time
+
+
+def test_activation_lifecycle_open_keep_clear() -> None:
+    fresh = make_model("m")
+    opened = next_activation(MemberInputs(fresh, None), 1, "Pending", T0)
+    assert opened is not None and (opened.kind, opened.decided_at) == ("cold_start", T0)
+    running = fresh.model_copy(update={"status": fresh.status.model_copy(update={"activation": opened,
+                                                                                 "phase": "Pending"})})
+    kept = next_activation(MemberInputs(running, DeploymentFacts(1, 0, 0)), 1, "Loading", T0 + timedelta(seconds=3))
+    assert kept == opened
+    assert next_activation(MemberInputs(running, DeploymentFacts(1, 0, 0)), 0, "Idle", T0) is None
+    assert next_activation(MemberInputs(running, DeploymentFacts(1, 1, 0)), 1, "Ready", T0) is None
+    ready = fresh.model_copy(update={"status": fresh.status.model_copy(update={"phase": "Ready"})})
+    assert next_activation(MemberInputs(ready, DeploymentFacts(1, 0, 1)), 1, "Loading", T0) is None
+
+
+def test_activation_clock_survives_a_restart_through_status() -> None:
+    model = make_model("m")
+    act = ActivationStatus(kind="swap", decided_at=T0, demand_since=T0 - timedelta(seconds=4), preempted="x")
+    model = model.model_copy(update={"status": model.status.model_copy(update={"activation": act})})
+    clock = activation_clock(model)
+    assert clock is not None
+    done = clock.finish(T0.timestamp() + 12.5)
+    assert (done.cold_start, done.swap) == (12.5, 12.5)
+    assert {s.stage for s in done.stages} >= {"queue", "drain"}
+
+
+def test_swap_source_is_consumed_once_the_winner_changed_readiness() -> None:
+    preempted = SharedGroupStatus(group_name="g", state="Preempted", preempted_by="high", preempted_at=T0)
+    before = Condition(type="Ready", status="False", reason="WaitingForActivation",
+                       last_transition_time=T0 - timedelta(minutes=1))
+    winner = member("high", 200, conditions=[before])
+    assert swap_source(winner, [("low", preempted), ("high", None)]) == ("low", T0)
+    after = before.model_copy(update={"status": "True", "last_transition_time": T0 + timedelta(seconds=30)})
+    assert swap_source(member("high", 200, conditions=[after]), [("low", preempted)]) is None
+
+
+def test_next_wakeup_is_the_earliest_time_driven_change() -> None:
+    model = make_model("m", serverless={"idleTimeout": "30s"})
+    model = model.model_copy(update={"status": model.status.model_copy(update={"last_active_time": T0})})
+    wake = next_wakeup([model], [], T0 + timedelta(seconds=1), POLICY)
+    assert wake is not None and timedelta(seconds=30) <= wake - T0 < timedelta(seconds=31)
+    assert next_wakeup([make_model("idle")], [], T0, POLICY) is None

@@ -1,0 +1,67 @@
+"""The manager's store: newest bodies win, units per model/group, pods and caches mapped to their models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flexinfer.kube.store import Store, Unit
+from support.resource_builders import model_doc
+
+
+def body(name: str, rv: int, **spec: Any) -> dict[str, Any]:
+    doc = model_doc(name, "ns", **spec)
+    doc["metadata"]["resourceVersion"] = str(rv)
+    return doc
+
+
+def test_models_map_to_their_group_or_themselves_and_older_bodies_are_ignored() -> None:
+    store = Store()
+    assert store.put("Model", body("a", 5, gpu={"shared": "g"})) == [Unit("ns", "g", True)]
+    assert store.put("Model", body("b", 6)) == [Unit("ns", "b")]
+    assert store.put("Model", body("a", 4)) == []
+    assert [p.body["metadata"]["resourceVersion"] for p in store.unit_models(Unit("ns", "g", True))] == ["5"]
+
+
+def test_moving_a_model_between_groups_reconciles_both() -> None:
+    store = Store()
+    store.put("Model", body("a", 1, gpu={"shared": "g1"}))
+    assert store.put("Model", body("a", 2, gpu={"shared": "g2"})) == [Unit("ns", "g1", True), Unit("ns", "g2", True)]
+    assert store.unit_models(Unit("ns", "g1", True)) == []
+
+
+def test_invalid_models_are_kept_with_their_error() -> None:
+    store = Store()
+    store.put("Model", body("bad", 1, source="s3://x"))
+    parsed = store.model("ns", "bad")
+    assert parsed is not None and parsed.model is None and parsed.error is not None
+    assert "spec.source" in str(parsed.error)
+
+
+def test_deployments_and_pods_reconcile_their_model() -> None:
+    store = Store()
+    store.put("Model", body("a", 1))
+    deployment = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "3"}}
+    assert store.put("Deployment", deployment) == [Unit("ns", "a")]
+    pod = {"metadata": {"name": "a-1", "namespace": "ns", "labels": {"flexinfer.ai/model": "a"}}}
+    assert store.put("Pod", pod) == [Unit("ns", "a")]
+    assert list(store.pods("ns", "a")) == [pod]
+    assert store.remove("Pod", pod) == [Unit("ns", "a")] and list(store.pods("ns", "a")) == []
+    assert store.put("Deployment", {"metadata": {"name": "orphan", "namespace": "ns"}}) == []
+
+
+def test_a_modelcache_reconciles_the_models_it_matches() -> None:
+    store = Store()
+    store.put("Model", body("coder", 1, source="HF://org/coder"))
+    store.put("Model", body("other", 1, source="HF://org/other"))
+    cache = {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelCache",
+             "metadata": {"name": "c", "namespace": "ns"}, "spec": {"source": "HF://org/coder"}}
+    assert store.put("ModelCache", cache) == [Unit("ns", "coder")]
+    assert [c.name for c in store.caches("ns")] == ["c"]
+
+
+def test_gpu_leases_reconcile_their_group() -> None:
+    lease = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "GPULease",
+             "metadata": {"name": "l", "namespace": "ns"}, "spec": {"group": "g"}}
+    store = Store()
+    assert store.put("GPULease", lease) == [Unit("ns", "g", True)]
+    assert [x.spec.group for x in store.leases("ns")] == ["g"]
