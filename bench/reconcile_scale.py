@@ -91,12 +91,13 @@ def peak_rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def manager(kubeconfig: Path, namespace: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def manager(kubeconfig: Path, namespace: str, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "POD_NAMESPACE": namespace, "FLEXINFER_OTEL_ENABLED": "false"}
     cmd = [sys.executable, "-m", "flexinfer.cli.main", "manager", "--kubeconfig", str(kubeconfig),
            "--namespace", namespace, "--metrics-bind-address", f"127.0.0.1:{port}",
            "--health-probe-bind-address", f"127.0.0.1:{free_port()}", "--log-level", "WARNING"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=sink)
     try:
         yield proc
     finally:
@@ -115,31 +116,32 @@ async def run_size(kubeconfig: Path, count: int) -> dict[str, float]:
     client = AsyncClient(KubeConfig.from_file(kubeconfig), field_manager="bench")
     namespace = f"bench-{count}-{os.getpid() % 10000}"
     created = await create_models(client, namespace, count)
-    port = free_port()
-    with manager(kubeconfig, namespace, port) as proc:
+    port, log = free_port(), Path(tempfile.gettempdir()) / f"{namespace}-manager.log"
+    with manager(kubeconfig, namespace, port, log) as proc:
         started = time.monotonic()
         while phased(port) < count:
             if proc.poll() is not None or time.monotonic() - started > TIMEOUT_S:
-                raise RuntimeError(f"manager exited or timed out: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+                raise RuntimeError(f"manager exited or timed out; see {log}")
             await asyncio.sleep(0.2)
         elapsed = time.monotonic() - started
         reconciles = metric(port, 'flexinfer_reconcile_duration_seconds_count{controller="model"}')
+        errors = metric(port, 'flexinfer_reconcile_errors_total{controller="model"}')
         rss = peak_rss_mb(proc.pid)
     found = await deployments(client, namespace)
     await client.close()
     assert found == count, f"{found} Deployments for {count} Models"
     return {"n": count, "create_s": created, "reconciled_s": elapsed, "reconciles": reconciles,
-            "per_s": reconciles / elapsed, "rss_mb": rss}
+            "per_s": reconciles / elapsed, "rss_mb": rss, "errors": errors}
 
 
 def table(rows: list[dict[str, float]]) -> str:
     head = (f"{'Models':>7} {'create (s)':>11} {'all reconciled (s)':>19} {'ms/model':>9} {'reconciles':>11} "
-            f"{'reconciles/s':>13} {'peak RSS (MB)':>14}")
+            f"{'reconciles/s':>13} {'errors':>7} {'peak RSS (MB)':>14}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{int(r['n']):>7} {r['create_s']:>11.1f} {r['reconciled_s']:>19.1f} "
                      f"{1000 * r['reconciled_s'] / r['n']:>9.1f} {int(r['reconciles']):>11} {r['per_s']:>13.0f} "
-                     f"{r['rss_mb']:>14.1f}")
+                     f"{int(r['errors']):>7} {r['rss_mb']:>14.1f}")
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         ratio = last["n"] / first["n"]

@@ -2,7 +2,7 @@
 
 Pure: ``controller_defaults(env)`` takes a mapping of environment variables (``flexinfer.settings``
 reads the process environment once; ``flexinfer render --env-file`` passes a file's values) and returns
-frozen settings. Invalid values fall back to the default, as the Go controller does. ``ENV_SETTINGS``
+frozen settings. Invalid values fall back to the default, as the Go controller does. ``ENV_VARS``
 lists every variable read here so documentation can be generated from it.
 
 Used by ``flexinfer.core.flashloader_settings``, ``flexinfer.core.manifests`` and the CLI/assembly.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from flexinfer import __version__
-from flexinfer.core.envvalues import bool_word, positive_int, quantity_or_none
+from flexinfer.core.envvalues import EnvVar, bool_word, positive_int, quantity_or_none
 from flexinfer.core.profiles import BACKENDS
 
 FLEXINFER_IMAGE_REPOSITORY = "ghcr.io/flexinfer/flexinfer"
@@ -27,35 +27,26 @@ DEFAULT_FLASH_CONCURRENCY = 4
 DEFAULT_FLASH_BUFFER_KB = 4096
 
 
-@dataclass(frozen=True)
-class EnvSetting:
-    """One environment variable the controller reads: its name, default (as text) and meaning."""
-
-    name: str
-    default: str
-    description: str
-
-
-ENV_SETTINGS: tuple[EnvSetting, ...] = (
-    EnvSetting("DEFAULT_SHM_SIZE_LIMIT", DEFAULT_SHM_SIZE_LIMIT,
-               "sizeLimit of the /dev/shm memory emptyDir of every model pod (Kubernetes quantity)."),
-    EnvSetting("FLEXINFER_FLASH_LOADER_IMAGE", FLEXINFER_IMAGE,
-               "Package default flash-loader image (used when DEFAULT_FLASH_LOADER_IMAGE is unset)."),
-    EnvSetting("DEFAULT_FLASH_LOADER_ENABLED", "false",
-               "Enable the flash-loader for every model with a persistent volume (1/true/yes/on, 0/false/no/off)."),
-    EnvSetting("DEFAULT_FLASH_LOADER_IMAGE", "value of FLEXINFER_FLASH_LOADER_IMAGE",
-               "Flash-loader init container image."),
-    EnvSetting("DEFAULT_FLASH_LOADER_CONCURRENCY", str(DEFAULT_FLASH_CONCURRENCY),
-               "Parallel copy workers (positive integer; invalid values use the default)."),
-    EnvSetting("DEFAULT_FLASH_LOADER_BUFFER_KB", str(DEFAULT_FLASH_BUFFER_KB),
-               "Copy buffer size in KiB (positive integer; invalid values use the default)."),
-    EnvSetting("DEFAULT_FLASH_LOADER_VERIFY", "false", "Verify file sizes after staging (bool word)."),
-    EnvSetting("DEFAULT_FLASH_LOADER_EXCLUDE", "",
-               "Comma-separated path prefixes the flash-loader skips (always plus .cache/ and .git/)."),
-    EnvSetting("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "",
-               "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty or invalid = no limit)."),
-    EnvSetting("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
-               "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("DEFAULT_SHM_SIZE_LIMIT", DEFAULT_SHM_SIZE_LIMIT,
+           "sizeLimit of the /dev/shm memory emptyDir of every model pod (Kubernetes quantity)."),
+    EnvVar("FLEXINFER_FLASH_LOADER_IMAGE", FLEXINFER_IMAGE,
+           "Package default flash-loader image (used when DEFAULT_FLASH_LOADER_IMAGE is unset)."),
+    EnvVar("DEFAULT_FLASH_LOADER_ENABLED", "false",
+           "Enable the flash-loader for every model with a persistent volume (1/true/yes/on, 0/false/no/off)."),
+    EnvVar("DEFAULT_FLASH_LOADER_IMAGE", "value of FLEXINFER_FLASH_LOADER_IMAGE",
+           "Flash-loader init container image."),
+    EnvVar("DEFAULT_FLASH_LOADER_CONCURRENCY", str(DEFAULT_FLASH_CONCURRENCY),
+           "Parallel copy workers (positive integer; invalid values use the default)."),
+    EnvVar("DEFAULT_FLASH_LOADER_BUFFER_KB", str(DEFAULT_FLASH_BUFFER_KB),
+           "Copy buffer size in KiB (positive integer; invalid values use the default)."),
+    EnvVar("DEFAULT_FLASH_LOADER_VERIFY", "false", "Verify file sizes after staging (bool word)."),
+    EnvVar("DEFAULT_FLASH_LOADER_EXCLUDE", "",
+           "Comma-separated path prefixes the flash-loader skips (always plus .cache/ and .git/)."),
+    EnvVar("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "",
+           "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty or invalid = no limit)."),
+    EnvVar("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
+           "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
 )
 
 

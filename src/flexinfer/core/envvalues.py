@@ -6,7 +6,20 @@ anything else falls back to the default. Pure; callers pass the value they read.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from flexinfer.api.units import parse_duration, quantity_bytes
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One documented environment variable: name, default (as text) and meaning. Each settings module keeps
+    a table of these (``ENV_VARS``); ``flexinfer settings`` and ``docs/CONFIGURATION.md`` are built from them."""
+
+    name: str
+    default: str
+    description: str
+
 
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 FALSY = frozenset({"0", "false", "no", "off"})

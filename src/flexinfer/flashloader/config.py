@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flexinfer.core.envvalues import bool_word, positive_int
+from flexinfer.core.envvalues import EnvVar, bool_word, positive_int
 from flexinfer.core.errors import ConfigError
 
 ENV_SRC = "FLASH_SRC"
@@ -30,6 +30,17 @@ DEFAULT_CHUNK_BYTES = 256 * 1024 * 1024
 ALWAYS_EXCLUDED = (".cache/", ".git/")
 VARIANTS = ("fp16",)
 TMP_SUFFIX = ".flash-tmp"
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar(ENV_SRC, "(required)", "Directory (or file) holding the model weights; `--src`."),
+    EnvVar(ENV_DST, "(required)", "Destination directory on tmpfs; `--dst`."),
+    EnvVar(ENV_CONCURRENCY, str(DEFAULT_CONCURRENCY),
+           "Copy threads (capped at the CPUs available; invalid values use the default); `--concurrency`."),
+    EnvVar(ENV_BUFFER_KB, str(DEFAULT_BUFFER_KB), "Copy chunk size in KiB; `--buffer-kb`."),
+    EnvVar(ENV_VERIFY, "false", "Verify every staged file by size and BLAKE2b checksum; `--verify`."),
+    EnvVar(ENV_EXCLUDE, "", "Comma-separated path prefixes to skip (always plus .cache/ and .git/); `--exclude`."),
+    EnvVar(ENV_VARIANT, "", "`fp16`: prefer `X.fp16.safetensors` over `X.safetensors`; `--variant`."),
+)
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,8 @@ class Store:
     # ---------------------------------------------------------------- updates
 
     def put(self, kind: str, body: Body) -> list[Unit]:
-        """Store a newer body; returns the units to reconcile."""
-        return getattr(self, f"_put_{kind.lower()}")(body)  # type: ignore[no-any-return]
+        """Store a newer body (without ``managedFields``); returns the units to reconcile."""
+        return getattr(self, f"_put_{kind.lower()}")(_slim(body))  # type: ignore[no-any-return]
 
     def remove(self, kind: str, body: Body) -> list[Unit]:
         """Forget a deleted object; returns the units to reconcile."""
@@ -236,6 +236,14 @@ class Store:
 
     def model_count(self) -> int:
         return len(self._models)
+
+
+def _slim(body: Body) -> Body:
+    """The body without ``metadata.managedFields`` (large, never read)."""
+    meta = body.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def _typed(body: Body, cls: type[T]) -> T | None:

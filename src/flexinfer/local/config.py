@@ -13,18 +13,9 @@ from pathlib import Path
 
 from flexinfer.api.units import parse_duration
 from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.envvalues import EnvVar
 from flexinfer.core.errors import ConfigError
 from flexinfer.local.engine import LocalEngineSettings
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One documented variable."""
-
-    name: str
-    default: str
-    description: str
-
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("FLEXINFER_STATE_DIR", "$XDG_STATE_HOME/flexinfer or ~/.local/state/flexinfer",

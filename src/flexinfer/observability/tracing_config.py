@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from flexinfer.core.envvalues import bool_word, positive_int
+from flexinfer.core.envvalues import EnvVar, bool_word, positive_int
 
 ENABLED = "FLEXINFER_OTEL_ENABLED"
 SERVICE_NAMESPACE = "FLEXINFER_OTEL_SERVICE_NAMESPACE"
@@ -30,6 +30,21 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 DEFAULT_SAMPLER = "parentbased_always_on"
 _OTLP = "OTEL_EXPORTER_OTLP_"
 _OTLP_TRACES = "OTEL_EXPORTER_OTLP_TRACES_"
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar(ENABLED, "false", "Turn OpenTelemetry tracing on (1/true/yes/on); off = no exporter, nothing touched."),
+    EnvVar(SERVICE_NAMESPACE, "", "`service.namespace` resource attribute."),
+    EnvVar(TRUST_INCOMING, "true", "Continue traces from clients' `traceparent`; set false on public-facing proxies."),
+    EnvVar("OTEL_EXPORTER_OTLP_ENDPOINT", DEFAULT_ENDPOINT,
+           "OTLP/HTTP collector base URL (`/v1/traces` is appended); `..._TRACES_ENDPOINT` is used as is."),
+    EnvVar("OTEL_EXPORTER_OTLP_HEADERS", "", "Extra export headers, `k1=v1,k2=v2` (also `..._TRACES_HEADERS`)."),
+    EnvVar("OTEL_EXPORTER_OTLP_TIMEOUT", "10000", "Export timeout in milliseconds."),
+    EnvVar("OTEL_EXPORTER_OTLP_COMPRESSION", "", "`gzip` or `deflate` for exported batches."),
+    EnvVar("OTEL_SERVICE_NAME", "", "Overrides the service name each command passes (e.g. flexinfer-proxy)."),
+    EnvVar("OTEL_RESOURCE_ATTRIBUTES", "", "Extra resource attributes, `k1=v1,k2=v2`."),
+    EnvVar("OTEL_TRACES_SAMPLER", DEFAULT_SAMPLER, "Standard sampler name (with OTEL_TRACES_SAMPLER_ARG)."),
+    EnvVar("OTEL_SDK_DISABLED", "false", "`true` forces tracing off whatever FLEXINFER_OTEL_ENABLED says."),
+)
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flexinfer.api.units import parse_duration, quantity_bytes
-from flexinfer.core.envvalues import bool_word
+from flexinfer.core.envvalues import EnvVar, bool_word
 from flexinfer.core.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One documented proxy environment variable."""
-
-    name: str
-    default: str
-    description: str
-
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PROXY_MAX_QUEUE_SIZE", "100", "Requests that may wait for one model's activation; more → 503 queue_full."),

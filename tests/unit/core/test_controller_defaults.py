@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexinfer.core.controller_defaults import (
-    ENV_SETTINGS,
+    ENV_VARS,
     FLEXINFER_IMAGE,
     backend_image_env_name,
     controller_defaults,
@@ -77,9 +77,9 @@ def test_backend_image_overrides_only_for_named_backends() -> None:
 
 
 def test_env_table_names_every_variable_read() -> None:
-    names = {s.name for s in ENV_SETTINGS}
+    names = {s.name for s in ENV_VARS}
     assert {"DEFAULT_SHM_SIZE_LIMIT", "DEFAULT_FLASH_LOADER_ENABLED", "DEFAULT_FLASH_LOADER_IMAGE",
             "DEFAULT_FLASH_LOADER_CONCURRENCY", "DEFAULT_FLASH_LOADER_BUFFER_KB", "DEFAULT_FLASH_LOADER_VERIFY",
             "DEFAULT_FLASH_LOADER_EXCLUDE", "DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT",
             "FLEXINFER_FLASH_LOADER_IMAGE"} <= names
-    assert all(s.description for s in ENV_SETTINGS)
+    assert all(s.description for s in ENV_VARS)

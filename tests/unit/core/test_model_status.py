@@ -67,7 +67,8 @@ def test_loading_substage_from_container_states(pod: dict[str, Any], substage: s
 
 
 def test_unscheduled_pod_and_long_messages() -> None:
-    pod = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "message": "Insufficient amd.com/gpu"}]}}
+    unscheduled = {"type": "PodScheduled", "status": "False", "message": "Insufficient amd.com/gpu"}
+    pod = {"status": {"conditions": [unscheduled]}}
     detail = loading_detail(pod)
     assert detail is not None and "Insufficient amd.com/gpu" in detail.message
     long = _pod(main=[{"name": "model", "state": {"waiting": {"reason": "X", "message": "y" * 400 + "\nmore"}}}])

@@ -36,7 +36,8 @@ LOSE = MemberDecision("Preempted", 1, "high", True)
 
 
 def test_busy_proxies_ignore_stale_and_foreign_annotations() -> None:
-    annotations = {"inflight.flexinfer.ai/p1": "2026-01-01T00:00:10Z", "inflight.flexinfer.ai/p2": "2025-12-31T23:00:00Z",
+    annotations = {"inflight.flexinfer.ai/p1": "2026-01-01T00:00:10Z",
+                   "inflight.flexinfer.ai/p2": "2025-12-31T23:00:00Z",
                    "inflight.flexinfer.ai/p3": "garbage", "other": "2026-01-01T00:00:10Z"}
     assert busy_proxies(annotations, T0 + timedelta(seconds=20), 30) == ["p1"]
 

@@ -80,5 +80,8 @@ async def test_only_the_earliest_timer_is_kept() -> None:
 
 
 async def _until(predicate) -> None:  # type: ignore[no-untyped-def]
-    while not predicate():
+    """Yield to the workers until ``predicate`` holds (callers bound it with wait_for)."""
+    for _ in iter(int, 1):
+        if predicate():
+            return
         await asyncio.sleep(0.005)
