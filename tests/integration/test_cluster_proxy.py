@@ -28,7 +28,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 
-from flexinfer.assembly import ClusterProxy, start_proxy
+from flexinfer.assembly.proxy import ClusterProxy, start_proxy
 from support.fake_model_api import eventually
 from support.fake_openai import FakeOpenAI
 from support.kube_testbed import REPO_ROOT, KubeTestbed

@@ -19,7 +19,7 @@ from aiohttp import web
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
-from flexinfer.assembly import ClusterProxy, start_proxy
+from flexinfer.assembly.proxy import ClusterProxy, start_proxy
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.model_status_plan import ManagerPolicy
 from flexinfer.kube.client import ModelResource

@@ -180,7 +180,7 @@ def test_admin_api_cli_and_no_orphans_after_sigterm(serve_factory, tmp_path: Pat
 
 
 async def test_flash_loader_stages_weights_before_the_server_starts(tmp_path: Path) -> None:
-    from flexinfer.assembly import start_local
+    from flexinfer.assembly.local import start_local
     from support.local_processes import stub_command
 
     weights = tmp_path / "weights" / "model.gguf"

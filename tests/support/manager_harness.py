@@ -27,7 +27,7 @@ from lightkube.resources.core_v1 import Event, Namespace, Service
 from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
-from flexinfer.assembly import run_manager
+from flexinfer.assembly.manager import run_manager
 from flexinfer.kube.client import ModelResource
 from flexinfer.kube.config import ManagerConfig
 from flexinfer.kube.manager import Manager

@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-from flexinfer.assembly import run_manager
+from flexinfer.assembly.manager import run_manager
 from flexinfer.kube.config import manager_config
 from flexinfer.settings import environment
 

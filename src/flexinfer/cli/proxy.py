@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from flexinfer.assembly import run_proxy
+from flexinfer.assembly.proxy import run_proxy
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

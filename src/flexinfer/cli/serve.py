@@ -26,6 +26,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexinfer.assembly import run_local  # the whole server stack: imported only when serving
+    from flexinfer.assembly.local import run_local  # the whole server stack: imported only when serving
 
     return run_local(args.filename, host=args.host, port=args.port)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from flexinfer.api.model import Model
-from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.model import FlashLoaderSpec, Model
+from flexinfer.api.modelcache import CacheFlashLoaderSpec, ModelCache
 from flexinfer.core.cache_strategy import effective_cache_strategy, uses_persistent_volume
 from flexinfer.core.controller_defaults import (
     DEFAULT_FLASH_BUFFER_KB,
@@ -87,7 +87,11 @@ def resolve_flash_loader(
 def _apply_model_cache(config: FlashLoaderConfig, cache: ModelCache) -> FlashLoaderConfig:
     block = cache.spec.flash_loader
     assert block is not None  # matching_model_cache only returns caches with a block
-    config = replace(config, enabled=block.enabled)
+    return _apply_shared_fields(replace(config, enabled=block.enabled), block)
+
+
+def _apply_shared_fields(config: FlashLoaderConfig, block: CacheFlashLoaderSpec | FlashLoaderSpec) -> FlashLoaderConfig:
+    """The fields both override layers may set: image (non-blank), concurrency (> 0), tmpfs (parsable)."""
     if block.image and block.image.strip():
         config = replace(config, image=block.image.strip())
     if block.concurrency is not None and block.concurrency > 0:
@@ -104,13 +108,7 @@ def _apply_model_spec(config: FlashLoaderConfig, model: Model) -> FlashLoaderCon
         return config
     if block.enabled is not None:
         config = replace(config, enabled=block.enabled)
-    if block.image and block.image.strip():
-        config = replace(config, image=block.image.strip())
-    if block.concurrency is not None and block.concurrency > 0:
-        config = replace(config, concurrency=block.concurrency)
-    tmpfs = quantity_or_none(block.tmpfs_size_limit)
-    if tmpfs is not None:
-        config = replace(config, tmpfs_size_limit=tmpfs)
+    config = _apply_shared_fields(config, block)
     if block.buffer_size_kb is not None:
         config = replace(config, buffer_size_kb=block.buffer_size_kb)
     if block.verify_integrity is not None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
-from flexinfer.core.envvalues import bool_word, duration_or_none, positive_int
+from flexinfer.core.envvalues import EnvVar, bool_word, duration_or_none, positive_int
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.model_status_plan import ManagerPolicy
 from flexinfer.kube.http import parse_bind_address
@@ -24,6 +24,19 @@ from flexinfer.kube.http import parse_bind_address
 DEFAULT_METRICS = ":8080"
 DEFAULT_HEALTH = ":8081"
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("METRICS_BIND_ADDRESS", DEFAULT_METRICS, "Address of `/metrics` (`--metrics-bind-address` wins)."),
+    EnvVar("HEALTH_PROBE_BIND_ADDRESS", DEFAULT_HEALTH,
+           "Address of `/healthz` and `/readyz` (`--health-probe-bind-address` wins)."),
+    EnvVar("LEADER_ELECT", "false", "Lease-based leader election, so only one replica acts (`--leader-elect`)."),
+    EnvVar("POD_NAMESPACE", "default", "Namespace of the leader-election Lease `flexinfer-manager`."),
+    EnvVar("POD_NAME", "hostname + random suffix", "This replica's identity in the Lease."),
+    EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
+    EnvVar("FLEXINFER_SWAP_DRAIN_TIMEOUT", "60s",
+           "How long a preempted model keeps serving requests that proxies report in flight."),
+    EnvVar("FLEXINFER_MANAGER_WORKERS", "4", "Concurrent reconciles of different models/groups."),
+)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from flexinfer.api.base import ObjectMeta
 from flexinfer.api.model import Model, ServerlessSpec
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
-from flexinfer.core.envvalues import bool_word
+from flexinfer.core.envvalues import EnvVar, bool_word
 from flexinfer.core.errors import ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
@@ -277,3 +277,15 @@ class ClusterSide:
         await self.reporter.aclose()
         await self.reporter.clear_all()
         await self.demand.aclose()
+
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
+    EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false", "Serve Models of every namespace (names must be unique)."),
+    EnvVar("POD_NAME", "hostname-pid", "This replica's name in in-flight reports."),
+    EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
+    EnvVar("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", "false",
+           "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),
+)
+"""The environment ``cluster_proxy_settings`` reads (for ``flexinfer settings`` and the docs)."""
+

@@ -42,7 +42,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("OTEL_EXPORTER_OTLP_COMPRESSION", "", "`gzip` or `deflate` for exported batches."),
     EnvVar("OTEL_SERVICE_NAME", "", "Overrides the service name each command passes (e.g. flexinfer-proxy)."),
     EnvVar("OTEL_RESOURCE_ATTRIBUTES", "", "Extra resource attributes, `k1=v1,k2=v2`."),
-    EnvVar("OTEL_TRACES_SAMPLER", DEFAULT_SAMPLER, "Standard sampler name (with OTEL_TRACES_SAMPLER_ARG)."),
+    EnvVar("OTEL_TRACES_SAMPLER", DEFAULT_SAMPLER, "Standard sampler name, e.g. parentbased_traceidratio."),
+    EnvVar("OTEL_TRACES_SAMPLER_ARG", "", "Sampler argument (the ratio for the *traceidratio samplers)."),
+    EnvVar("OTEL_BSP_SCHEDULE_DELAY", "5000", "Batch span processor: milliseconds between exports."),
+    EnvVar("OTEL_BSP_EXPORT_TIMEOUT", "30000", "Batch span processor: export timeout in milliseconds."),
+    EnvVar("OTEL_BSP_MAX_QUEUE_SIZE", "2048", "Batch span processor: spans buffered before dropping."),
+    EnvVar("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512", "Batch span processor: spans per export."),
     EnvVar("OTEL_SDK_DISABLED", "false", "`true` forces tracing off whatever FLEXINFER_OTEL_ENABLED says."),
 )
 

@@ -1,0 +1,192 @@
+"""The configuration reference: every environment variable, command-line flag and Helm value with its default.
+
+Built from the settings tables each component keeps (``ENV_VARS``), the command parsers and the chart's
+``values.yaml`` — so ``docs/CONFIGURATION.md`` is generated (``flexinfer settings --markdown``) and a test
+fails when it drifts. Called by ``flexinfer.cli.settings``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flexinfer.core import controller_defaults
+from flexinfer.core.envvalues import EnvVar
+from flexinfer.flashloader import config as flash_config
+from flexinfer.kube import config as manager_settings
+from flexinfer.kube import proxy_side
+from flexinfer.local import config as local_settings
+from flexinfer.observability import tracing_config
+from flexinfer.proxy import config as proxy_settings
+
+
+@dataclass(frozen=True)
+class EnvGroup:
+    """A table of environment variables read by one component."""
+
+    title: str
+    table: tuple[EnvVar, ...]
+
+
+GROUPS: dict[str, EnvGroup] = {
+    "local": EnvGroup("Local engine and swap policy", local_settings.ENV_VARS),
+    "proxy": EnvGroup("Proxy", proxy_settings.ENV_VARS),
+    "tracing": EnvGroup("Tracing (OpenTelemetry)", tracing_config.ENV_VARS),
+    "manager": EnvGroup("Manager", manager_settings.ENV_VARS),
+    "defaults": EnvGroup("Controller defaults (Helm `controller.runtime`)", controller_defaults.ENV_VARS),
+    "cluster": EnvGroup("In-cluster proxy", proxy_side.ENV_VARS),
+    "flash": EnvGroup("Flash-loader", flash_config.ENV_VARS),
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One command and the environment groups it reads."""
+
+    command: str
+    summary: str
+    groups: tuple[str, ...]
+
+
+COMPONENTS: tuple[Component, ...] = (
+    Component("serve", "Single-machine mode: local model servers behind the proxy (the default engine).",
+              ("local", "proxy", "tracing")),
+    Component("manager", "The Kubernetes operator.", ("manager", "defaults", "tracing")),
+    Component("proxy", "The in-cluster OpenAI-compatible proxy.", ("cluster", "proxy", "tracing")),
+    Component("flash-load", "The weight-staging program (the `flash-loader` init container).", ("flash",)),
+)
+
+
+def flag_rows(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, str]]:
+    """(flags, default, help) for every option of ``parser`` except ``--help``."""
+    for action in parser._actions:  # argparse has no public accessor for its actions
+        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        default = "" if action.default in (None, argparse.SUPPRESS) else str(action.default)
+        yield ", ".join(action.option_strings), default, (action.help or "").replace("\n", " ")
+
+
+@dataclass(frozen=True)
+class HelmValue:
+    """One leaf of ``values.yaml``: dotted key, default and the ``# --`` comment above it."""
+
+    key: str
+    default: str
+    description: str
+
+
+def helm_values(values_file: Path) -> list[HelmValue]:
+    """Every leaf value of the chart, with the description from its ``# -- …`` comment."""
+    text = values_file.read_text(encoding="utf-8")
+    notes = _comments_by_key(text)
+    rows: list[HelmValue] = []
+    for key, value in _leaves(yaml.safe_load(text) or {}, ""):
+        rows.append(HelmValue(key, _show(value), notes.get(key) or _section_note(key, notes)))
+    return rows
+
+
+def _section_note(key: str, notes: dict[str, str]) -> str:
+    """For an undocumented leaf, the comment of its nearest documented parent, marked as such."""
+    parts = key.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        note = notes.get(".".join(parts[:end]))
+        if note:
+            return f"(in `{'.'.join(parts[:end])}`: {note})"
+    return ""
+
+
+def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, node
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+_KEY_LINE = re.compile(r"^(\s*)([A-Za-z0-9_]+):")
+
+
+def _comments_by_key(text: str) -> dict[str, str]:
+    """Map dotted keys to the comment block written right above them (``# -- `` markers stripped)."""
+    path: list[tuple[int, str]] = []
+    pending: list[str] = []
+    notes: dict[str, str] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            pending.append(stripped.lstrip("#").strip().removeprefix("-- ").removeprefix("--").strip())
+        elif (match := _KEY_LINE.match(line)) is not None:
+            indent = len(match.group(1))
+            path = [(i, k) for i, k in path if i < indent] + [(indent, match.group(2))]
+            if pending:
+                notes[".".join(k for _, k in path)] = " ".join(p for p in pending if p)
+            pending = []
+        else:
+            pending = []
+    return notes
+
+
+def render_markdown(parsers: dict[str, argparse.ArgumentParser], values_file: Path | None) -> str:
+    """The whole reference as Markdown (the content of ``docs/CONFIGURATION.md``)."""
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated by `flexinfer settings --markdown --chart charts/flexinfer`; do not edit by hand.",
+        "Booleans accept `1/true/yes/on` and `0/false/no/off`; durations are Go-style (`90s`, `5m`, `1h30m`);",
+        "sizes are Kubernetes quantities (`8Gi`).",
+    ]
+    for component in COMPONENTS:
+        titles = ", ".join(GROUPS[g].title for g in component.groups)
+        out += ["", f"## `flexinfer {component.command}`", "", component.summary, "",
+                f"Environment: {titles} (below)."]
+        parser = parsers.get(component.command)
+        if parser is not None:
+            out += ["", "| flag | default | meaning |", "|---|---|---|"]
+            out += [f"| `{f}` | {_code(d)} | {h} |" for f, d, h in flag_rows(parser)]
+    out += ["", "## Environment variables"]
+    for key, group in GROUPS.items():
+        users = ", ".join(f"`{c.command}`" for c in COMPONENTS if key in c.groups)
+        out += ["", f"### {group.title}", "", f"Read by {users}.", "", "| variable | default | meaning |",
+                "|---|---|---|"]
+        out += [f"| `{v.name}` | {_code(v.default)} | {v.description} |" for v in group.table]
+    if values_file is not None:
+        out += ["", "## Helm values (`charts/flexinfer/values.yaml`)", "", "| key | default | meaning |",
+                "|---|---|---|"]
+        out += [f"| `{v.key}` | {_code(v.default)} | {v.description} |" for v in helm_values(values_file)]
+    return "\n".join(out) + "\n"
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if text else ""
+
+
+def reference_text(commands: Sequence[str], values_file: Path | None) -> str:
+    """A plain listing: ``NAME=DEFAULT  meaning`` per variable, grouped by command."""
+    out: list[str] = []
+    for component in COMPONENTS:
+        if component.command not in commands:
+            continue
+        out.append(f"flexinfer {component.command}: {component.summary}")
+        seen: set[str] = set()
+        for key in component.groups:
+            for var in GROUPS[key].table:
+                if var.name not in seen:
+                    seen.add(var.name)
+                    out.append(f"  {var.name}={var.default}  {var.description}")
+        out.append("")
+    if values_file is not None:
+        out.append("Helm values:")
+        out += [f"  {v.key}={v.default}  {v.description}".rstrip() for v in helm_values(values_file)]
+    return "\n".join(out) + "\n"
