@@ -178,7 +178,7 @@ def main() -> None:
         print_table(rows)
         full, direct = startup_cost()
         print(f"\nprocess rows use `python -m flexinfer.cli.flash_load` (start-up {direct * 1000:.0f} ms); "
-              f"`flexinfer flash-load` start-up is {full * 1000:.0f} ms (it imports every subcommand)")
+              f"`flexinfer flash-load` start-up is {full * 1000:.0f} ms")
     finally:
         fresh(shm_root)
         fresh(disk_root)
