@@ -5,9 +5,10 @@ In-process: ``FakeOpenAI(script).app()`` is an aiohttp application; ``FakeOpenAI
 request (path, headers, JSON body) and ``cancelled`` is set when a client abandons a stream. As a process:
 
     python -m support.fake_openai --port N [--startup-delay S] [--crash-at-start] [--crash-mid-stream]
-        [--chunks K] [--chunk-interval T] [--health-path /health] [--model-name NAME]
+        [--chunks K] [--chunk-interval T] [--health-path /health] [--model-name NAME] [--record FILE]
 
-prints ``FAKE_OPENAI_PORT=<port>`` once listening (``--port 0`` picks a free port). Used by the proxy
+prints ``FAKE_OPENAI_PORT=<port>`` once listening (``--port 0`` picks a free port); with ``--record`` it appends
+one JSON line per API request (``method``, ``path``, lower-cased ``headers``, ``body``) to FILE. Used by the proxy
 tests and benchmarks and, as a model server process, by the local-engine tests.
 """
 
@@ -68,6 +69,8 @@ class FakeOpenAI:
     """Set by whoever starts the server in-process (``http://127.0.0.1:<port>``)."""
     hold_after_first_chunk: asyncio.Event | None = None
     """When set to an Event, streams pause after the first chunk until the event is set."""
+    record_file: str | None = None
+    """When set, every recorded request is also appended to this file as a JSON line."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -85,8 +88,11 @@ class FakeOpenAI:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        self.requests.append(Received(request.method, request.path_qs, dict(request.headers),
-                                      body if isinstance(body, dict) else None))
+        received = Received(request.method, request.path_qs, dict(request.headers),
+                            body if isinstance(body, dict) else None)
+        self.requests.append(received)
+        if self.record_file:
+            _append_record(self.record_file, received)
         return body if isinstance(body, dict) else {}
 
     async def _health(self, _: web.Request) -> web.Response:
@@ -172,6 +178,14 @@ class FakeOpenAI:
             request.transport.close()
 
 
+def _append_record(path: str, received: Received) -> None:
+    """One JSON line per request (small local file; written before the reply, so a client sees it after)."""
+    line = {"method": received.method, "path": received.path, "body": received.body,
+            "headers": {key.lower(): value for key, value in received.headers.items()}}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
 def _envelope(kind: str, body: dict[str, Any], choices: list[dict[str, Any]]) -> dict[str, Any]:
     usage = {"prompt_tokens": 1, "completion_tokens": len(choices), "total_tokens": 1 + len(choices)}
     return {"id": "fake-1", "object": kind, "created": 0, "model": body.get("model"), "choices": choices,
@@ -205,13 +219,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--chunk-interval", type=float, default=0.0)
     parser.add_argument("--health-path", default="/health")
     parser.add_argument("--model-name", default="fake-model")
+    parser.add_argument("--record", default=None, help="append each API request as a JSON line to this file")
     return parser.parse_args(argv)
 
 
 async def _serve(args: argparse.Namespace) -> None:
     script = Script(chunks=args.chunks, chunk_interval=args.chunk_interval, crash_mid_stream=args.crash_mid_stream,
                     exit_on_crash=True, health_path=args.health_path, model_name=args.model_name)
-    runner = web.AppRunner(FakeOpenAI(script).app(), access_log=None, handler_cancellation=True)
+    fake = FakeOpenAI(script, record_file=args.record)
+    runner = web.AppRunner(fake.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)
     await site.start()

@@ -33,10 +33,10 @@ from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.validation import check_models
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
 from flexinfer.observability.tracing import (
-    ProxyTracer,
     Tracing,
     TracingObserver,
     init_tracing,
+    proxy_tracer,
     tracing_settings,
 )
 from flexinfer.proxy.app import ProxyServer, create_app
@@ -111,7 +111,7 @@ def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher,
     catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
     app = create_app(config, dispatcher, catalog, registry=registry,
                      metrics=ProxyMetrics(registry, [m.name for m in models]),
-                     tracer=ProxyTracer(tracing) if tracing.enabled else None)
+                     tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
                      token=config.auth_token if config.auth_enabled else "")
     app.router.add_routes(admin.routes())

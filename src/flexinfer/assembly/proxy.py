@@ -24,10 +24,10 @@ from flexinfer.kube.model_watch import ModelStore
 from flexinfer.kube.proxy_side import ClusterSide, cluster_proxy_settings
 from flexinfer.observability.metrics import ProxyMetrics
 from flexinfer.observability.tracing import (
-    ProxyTracer,
     Tracing,
     TracingObserver,
     init_tracing,
+    proxy_tracer,
     tracing_settings,
 )
 from flexinfer.proxy.app import ProxyServer, create_app
@@ -81,7 +81,7 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
         metrics = ProxyMetrics(registry, [m.name for m in side.store.all()])
         side.store.subscribe(_declare_names(metrics, side.store))
         app = create_app(proxy_cfg, side.activator, side.catalog, registry=registry, metrics=metrics,
-                         tracer=ProxyTracer(tracing) if tracing.enabled else None)
+                         tracer=proxy_tracer(tracing))
         proxy = ProxyServer(app, proxy_cfg)
         bound = await proxy.start(host, port)
     except BaseException as exc:

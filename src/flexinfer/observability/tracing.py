@@ -7,7 +7,7 @@ variables (read from the settings snapshot, never from ``os.environ``), W3C trac
 Wiring (adapters never import this package; assembly hands them objects that fit their ports)::
 
     tracing = init_tracing("flexinfer-proxy", tracing_settings(environment()))
-    create_app(..., tracer=ProxyTracer(tracing))                                     # proxy port
+    create_app(..., tracer=proxy_tracer(tracing))                                    # proxy port
     manager(..., reconcile=partial(reconcile_span, tracing, metrics=lifecycle_metrics))  # kube handlers
     Dispatcher(..., observer=ObserverGroup([lifecycle_metrics, TracingObserver(tracing)]))  # runtime
     ...
@@ -27,11 +27,18 @@ from flexinfer.observability.tracing_config import (
 )
 from flexinfer.observability.tracing_lifecycle import StageTimes, TracingObserver, record_activation
 from flexinfer.observability.tracing_provider import PROPAGATION_HEADERS, Tracing, init_tracing
-from flexinfer.observability.tracing_proxy import ColdStartSpan, ProxyTracer, RequestSpan, UpstreamSpan, request_span
+from flexinfer.observability.tracing_proxy import (
+    ColdStartSpan,
+    ProxyTracer,
+    RequestSpan,
+    UpstreamSpan,
+    proxy_tracer,
+    request_span,
+)
 from flexinfer.observability.tracing_reconcile import ReconcileMetrics, ReconcileSpan, reconcile_span
 
 __all__ = [
     "PROPAGATION_HEADERS", "BatchSettings", "ColdStartSpan", "ExporterSettings", "ProxyTracer", "ReconcileMetrics",
     "ReconcileSpan", "RequestSpan", "StageTimes", "Tracing", "TracingObserver", "TracingSettings", "UpstreamSpan",
-    "init_tracing", "reconcile_span", "record_activation", "request_span", "tracing_settings",
+    "init_tracing", "proxy_tracer", "reconcile_span", "record_activation", "request_span", "tracing_settings",
 ]

@@ -4,6 +4,7 @@ Called by the proxy (``flexinfer.proxy``) through ``ProxyTracer``, which ``flexi
 ``ProxyTracer(tracing)``; it matches the proxy's ``flexinfer.proxy.hooks.ProxyTracer`` port::
 
     span = tracer.start_request(request.method, route, request.headers)   # current span of this task
+    span.set_attribute("url.path", request.path)   # raw path; ``route`` is the template (``/v1/{tail}``)
     wait = span.cold_start(model)            # child; may be opened from another task (not made current)
     wait.set_attribute("flexinfer.outcome", "timeout"); wait.end(error="timeout")
     call = span.upstream("POST", url, headers)   # child client span; its context is injected into headers
@@ -76,9 +77,13 @@ class _StatusScope(SpanScope):
 class RequestSpan(_StatusScope):
     """``proxy.handle_request``: the server span of one request (queueing, activation wait, upstream call)."""
 
-    def __init__(self, tracing: Tracing, method: str, route: str, path: str, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, tracing: Tracing, method: str, route: str, path: str | None, headers: Mapping[str, str],
+    ) -> None:
         self._tracing = tracing
-        self._attributes = {"http.request.method": method, "http.route": route, "url.path": path}
+        self._attributes = {"http.request.method": method, "http.route": route}
+        if path is not None:
+            self._attributes["url.path"] = path
         self._headers = headers
 
     def _start(self) -> Span:
@@ -219,5 +224,18 @@ class ProxyTracer:
         self._tracing = tracing
 
     def start_request(self, method: str, route: str, headers: Mapping[str, str]) -> RequestSpan:
-        """Open ``proxy.handle_request`` (current span of the calling task until ``end``)."""
-        return RequestSpan(self._tracing, method, route, route, headers).start()
+        """Open ``proxy.handle_request`` (current span of the calling task until ``end``).
+
+        ``route`` is the route template (bounded ``http.route``); the caller sets ``url.path`` (the raw path)
+        with ``set_attribute``.
+        """
+        return RequestSpan(self._tracing, method, route, None, headers).start()
+
+
+def proxy_tracer(tracing: Tracing) -> ProxyTracer | None:
+    """The proxy's tracer for ``create_app``: ``None`` (the proxy's null tracer) when tracing is off and incoming
+    context is trusted. With ``FLEXINFER_OTEL_TRUST_INCOMING=false`` a tracer is returned even while tracing is
+    off, because it is what removes the client's trace headers from the upstream request."""
+    if tracing.enabled or not tracing.settings.trust_incoming:
+        return ProxyTracer(tracing)
+    return None

@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 DRAIN = web.AppKey("flexinfer_proxy_drain", DrainState)
 METRICS = web.AppKey("flexinfer_proxy_metrics", ProxyMetrics)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPENAI_ROUTES = (
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/rerank",
+    "/v1/moderations", "/v1/audio/speech", "/v1/audio/transcriptions", "/v1/audio/translations",
+    "/v1/images/generations",
+)
+"""The well-known OpenAI paths; any other ``/v1/...`` path is proxied too, under the route ``/v1/{tail}``."""
 
 
 @web.middleware
@@ -79,6 +85,8 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_page)
     app.router.add_route("*", "/v1/models", list_models)
+    for path in OPENAI_ROUTES:  # own resources, so spans name them (``http.route``) instead of ``/v1/{tail}``
+        app.router.add_route("*", path, proxied.handle)
     app.router.add_route("*", "/v1/{tail:.*}", proxied.handle)
     app.router.add_route("*", "/model/{name}/{tail:.*}", proxied.handle)
     app.on_startup.append(lambda _: forwarder.start())

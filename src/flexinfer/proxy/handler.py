@@ -32,6 +32,13 @@ from flexinfer.runtime.ports import Activator, Catalog, ModelView
 log = logging.getLogger(__name__)
 
 
+def route_template(request: web.Request) -> str:
+    """The matched route's template (``/v1/chat/completions``, ``/v1/{tail}``, ``/model/{name}/{tail}``): a
+    bounded ``http.route`` value whatever path the client sent."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
 class _Outcome:
     """What the metrics and the span record about one request."""
 
@@ -64,9 +71,10 @@ class ProxyHandler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one proxied request (the route handler)."""
         started = time.perf_counter()
-        trace = self._tracer.start_request(request.method, request.path, request.headers)
+        trace = self._tracer.start_request(request.method, route_template(request), request.headers)
         request_id = request.headers.get("X-Request-ID") or uuid.uuid4().hex
         reply, outcome = Reply(request, {"X-Request-ID": request_id}), _Outcome()
+        trace.set_attribute("url.path", request.path)
         trace.set_attribute("request.id", request_id)
         self._drain.enter()
         try:
