@@ -2,7 +2,7 @@
 
 The test plays the manager: it watches for the proxy's demand signal (``status.lastActiveTime``), then
 patches the Model's status (Ready with the test-only endpoint override pointing at an in-process fake
-OpenAI server, or Failed). Requests go through the official ``openai`` client. The time from the Ready
+OpenAI server, or Failed, or Preempted). Requests go through the official ``openai`` client. The time from the Ready
 patch to the request reaching the upstream is printed (watch-driven readiness; no polling).
 """
 
@@ -230,6 +230,46 @@ async def test_alias_routes_and_a_model_preempted_later_is_reactivated(
     assert await manager.demand("base") != stamp
     await manager.status("base", {"phase": "Ready"})
     assert (await asyncio.wait_for(second, 10)).startswith("tok0")
+
+
+class WatchLag:
+    """Fault injection: the proxy's watch cache stops taking updates until ``release`` (a lagging watch)."""
+
+    def __init__(self, side: Any) -> None:
+        self.store, self.held = side.store, []  # type: ignore[var-annotated]
+        self._upsert = self.store.upsert
+        self.store.upsert = self.held.append
+
+    def release(self) -> None:
+        self.store.upsert = self._upsert
+        for model in self.held:
+            self._upsert(model)
+
+
+async def test_a_model_preempted_before_the_first_report_is_not_forwarded_and_the_request_waits(
+        cluster: tuple[Manager, ClusterProxy, Upstream]) -> None:
+    manager, proxy, upstream = cluster
+    await manager.create("m")
+    first = asyncio.create_task(chat(proxy, "m"))
+    await activate(manager, upstream, "m")
+    await asyncio.wait_for(first, 10)
+    annotation = proxy.side.reporter.annotation
+    assert annotation in (await manager.get("m"))["metadata"]["annotations"]
+    await proxy.side.reporter.refresh(set())  # idle: the heartbeat removes our report
+    assert annotation not in ((await manager.get("m"))["metadata"].get("annotations") or {})
+    lag = WatchLag(proxy.side)
+    await manager.status("m", {"phase": "Preempted", "lastActiveTime": None})  # a swap preempts it
+    served = len(upstream.arrivals)
+    second = asyncio.create_task(chat(proxy, "m"))  # the proxy's cache still says Ready
+    await eventually(lambda: proxy.side.reporter.refusals == 1, timeout=10)  # the API server said no
+    lag.release()
+    await manager.demand("m")  # not forwarded: the request activates the model again
+    assert not second.done() and len(upstream.arrivals) == served
+    assert annotation not in ((await manager.get("m"))["metadata"].get("annotations") or {})
+    await manager.status("m", {"phase": "Ready"})
+    assert (await asyncio.wait_for(second, 10)).startswith("tok0")
+    assert len(upstream.arrivals) == served + 1
+    assert annotation in (await manager.get("m"))["metadata"]["annotations"]
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:

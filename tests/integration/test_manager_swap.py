@@ -51,7 +51,11 @@ async def test_demand_for_a_higher_priority_member_swaps_the_gpu(kube_testbed: A
             assert low["loadingSubstage"] == "Preempted" and "high" in low["message"]
             await c.replicas_are("low", 0)
             await c.replicas_are("high", 1)
-            high = await c.status("high")
+
+            async def activation_recorded() -> dict[str, Any] | None:
+                status = await c.status("high")
+                return status if "activation" in status else None
+            high = await c.wait_for(activation_recorded, what="high's activation in status")
             assert high["activation"]["kind"] == "swap" and high["activation"]["preempted"] == "low"
 
             async def preempted_event() -> list[Any]:

@@ -4,7 +4,9 @@ Objects get increasing resourceVersions; ``list_models`` returns a snapshot, ``w
 change after the given resourceVersion, and tests inject faults: ``expire()`` ends open watches with
 410 Gone (and forgets history, so re-watching from an old version also gets 410), ``break_watches(error)``
 ends them with another error, ``patch_failures`` makes the next status patches fail. Status and metadata
-patches are merged into the stored object and broadcast as MODIFIED events, like the real API server.
+patches are merged into the stored object and broadcast as MODIFIED events, like the real API server;
+JSON patches (``test``/``add``/``remove``/``replace``) are all-or-nothing and answer 422 when a ``test`` fails
+or a path is missing, as the real API server does.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from flexinfer.kube.model_api import KubeApiError, ModelList, WatchEvent, WatchExpiredError
@@ -53,6 +55,31 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+def json_patch_op(doc: dict[str, Any], op: Mapping[str, Any]) -> None:
+    """Apply one RFC 6902 operation (object paths only) in place; 422 ``KubeApiError`` when it fails."""
+    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+    target: Any = doc
+    for part in parents:
+        target = target.get(part) if isinstance(target, dict) else None
+    if not isinstance(target, dict):
+        if op["op"] == "test" and op.get("value") is None:
+            return
+        raise KubeApiError(f"{op['op']} {op['path']}: missing path", 422)
+    if op["op"] == "test":
+        if target.get(last) != op.get("value"):
+            raise KubeApiError(f"test {op['path']}: testing value failed", 422)
+    elif op["op"] in ("add", "replace"):
+        if op["op"] == "replace" and last not in target:
+            raise KubeApiError(f"replace {op['path']}: missing path", 422)
+        target[last] = copy.deepcopy(op["value"])
+    elif op["op"] == "remove":
+        if last not in target:
+            raise KubeApiError(f"remove {op['path']}: missing path", 422)
+        del target[last]
+    else:
+        raise KubeApiError(f"unsupported op {op['op']}", 422)
+
+
 class FakeModelApi:
     """See the module docstring."""
 
@@ -65,6 +92,8 @@ class FakeModelApi:
         self.patches: list[tuple[str, str, dict[str, Any]]] = []
         self.patch_failures: list[KubeApiError] = []
         self.metadata_patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.json_patches: list[tuple[str, str, list[dict[str, Any]], bool]] = []
+        """(namespace, name, operations, applied) for every JSON patch, refused ones included."""
         self.patch_gate: asyncio.Event | None = None
         """When set, patches wait for this event (to observe concurrent callers)."""
         self.list_calls = 0
@@ -147,12 +176,29 @@ class FakeModelApi:
         merge(doc, patch)
         await self._store(key, doc, "MODIFIED")
 
+    async def json_patch_model(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+        key = f"{namespace}/{name}"
+        if key not in self.objects:
+            raise KubeApiError(f"models {name} not found", 404)
+        ops = [copy.deepcopy(dict(op)) for op in operations]
+        doc = copy.deepcopy(self.objects[key])
+        try:
+            for op in ops:
+                json_patch_op(doc, op)
+        except KubeApiError:
+            self.json_patches.append((namespace, name, ops, False))
+            raise
+        self.json_patches.append((namespace, name, ops, True))
+        await self._store(key, doc, "MODIFIED")
+
     # ------------------------------------------------------------ internals
 
     def _after(self, since: int) -> bool:
         return any(v > since for v, _ in self.history)
 
     async def _store(self, key: str, doc: dict[str, Any], kind: str) -> None:
+        if doc["metadata"].get("annotations") == {}:
+            del doc["metadata"]["annotations"]  # the API server omits an empty map
         self.objects[key] = doc
         await self._record(WatchEvent(kind, doc))
 

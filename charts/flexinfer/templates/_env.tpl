@@ -11,6 +11,14 @@ Container environment for the manager and the proxy. The env names are the contr
       fieldPath: metadata.namespace
 {{- end }}
 
+{{/* POD_NAME from the downward API: the manager's Lease identity, the proxy's in-flight report name. */}}
+{{- define "flexinfer.env.podName" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
+
 {{/* OpenTelemetry env: nothing unless observability.tracing.enabled. Used by BOTH components. */}}
 {{- define "flexinfer.env.tracing" -}}
 {{- with .Values.observability.tracing }}
@@ -26,6 +34,18 @@ Container environment for the manager and the proxy. The env names are the contr
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Proxy only: FLEXINFER_OTEL_TRUST_INCOMING=false whenever observability.tracing.trustIncoming is false,
+with tracing on or off: with tracing off the proxy still strips the clients' traceparent/tracestate/baggage
+before forwarding (docs/tracing.md). Nothing for the default (true, the program's default too).
+*/}}
+{{- define "flexinfer.env.proxyTracing" -}}
+{{- if not .Values.observability.tracing.trustIncoming }}
+- name: FLEXINFER_OTEL_TRUST_INCOMING
+  value: "false"
 {{- end }}
 {{- end }}
 
@@ -61,6 +81,10 @@ Container environment for the manager and the proxy. The env names are the contr
   value: {{ .timeouts.coldStart | quote }}
 - name: PROXY_MAX_QUEUE_SIZE
   value: {{ .maxQueueSize | quote }}
+{{- if .allNamespaces }}
+- name: FLEXINFER_PROXY_ALL_NAMESPACES
+  value: "true"
+{{- end }}
 {{- if .rateLimit.enabled }}
 - name: PROXY_RATE_LIMIT_ENABLED
   value: "true"

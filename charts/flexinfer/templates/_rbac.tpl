@@ -3,56 +3,63 @@ The single source of the permissions FlexInfer uses. Least privilege: named reso
 no wildcards. Changing a rule here must go with a change to the RBAC expectations in the chart tests.
 */}}
 
-{{/* Manager, cluster-wide (kopf watches every namespace). */}}
+{{/*
+Manager, cluster-wide (kopf watches every namespace; the chart never passes --namespace). Each rule is a
+call the code makes; docs/operations/rbac.md explains them. Not granted on purpose: pods/log (the loading
+substage comes from container states), namespaces (kopf lists/watches them only for --namespace, never
+cluster-wide), update on Deployments/Services (server-side apply is a PATCH; create covers apply-create),
+get/list/delete on Jobs (the cleanup Job is created, AlreadyExists is success), patch on Events.
+*/}}
 {{- define "flexinfer.manager.clusterRules" -}}
 - apiGroups: ["ai.flexinfer"]
-  resources: ["models", "models/status", "models/finalizers"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  resources: ["models"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["ai.flexinfer"]
+  resources: ["models/status"]
+  verbs: ["patch"]
+- apiGroups: ["ai.flexinfer"]
+  resources: ["models/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["ai.flexinfer"]
   resources: ["modelcaches", "gpuleases"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-- apiGroups: ["batch"]
-  resources: ["jobs"]
-  verbs: ["create", "get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["pods/log"]
-  verbs: ["get"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["namespaces"]
-  verbs: ["list", "watch"]
 {{- end }}
 
-{{/* Manager, release namespace only: the leader-election Lease. */}}
+{{/* Manager, release namespace only: the leader-election Lease (read, create, replace). */}}
 {{- define "flexinfer.manager.namespaceRules" -}}
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
-  verbs: ["get", "create", "update", "patch"]
+  verbs: ["get", "create", "update"]
 {{- end }}
 
-{{/* Proxy, cluster-wide: resolve Models and their Services, record demand in status.lastActiveTime. */}}
+{{/*
+Proxy, cluster-wide: the Model watch cache, demand (merge patch of models/status) and in-flight reports
+(JSON patch guarded by a test on /status/phase, merge patch for re-stamps and removal, both on models).
+The proxy never reads Services: status.endpoint carries the URL.
+*/}}
 {{- define "flexinfer.proxy.clusterRules" -}}
 - apiGroups: ["ai.flexinfer"]
   resources: ["models"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["ai.flexinfer"]
   resources: ["models/status"]
   verbs: ["patch"]
-- apiGroups: [""]
-  resources: ["services"]
-  verbs: ["get", "list", "watch"]
 {{- end }}

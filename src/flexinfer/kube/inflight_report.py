@@ -3,15 +3,23 @@
 While this proxy forwards requests to a model it keeps the Model annotation
 ``inflight.flexinfer.ai/<proxy identity>`` set to the RFC 3339 time of its last refresh (the manager's drain
 gate, ``flexinfer.core.model_status_plan``: a preempted model keeps its replica while a report younger than
-30 s exists, bounded by the swap drain timeout). Writes (merge patches on the Model's metadata):
+30 s exists, bounded by the swap drain timeout). Writes:
 
-- ``busy(model)`` before the first request is forwarded when no report of ours was written within
-  ``refresh`` (10 s); it is awaited so the report lands before the request reaches the model;
+- ``busy(model)`` before a request is forwarded. With no report of ours on the Model (the first request
+  after an idle period) it is a JSON patch guarded by ``{"op": "test", "path": "/status/phase",
+  "value": "Ready"}``: either the report lands while the model is still Ready (so a swap that preempts it
+  later sees the report and drains), or the API server refuses the patch (422) and ``busy`` returns
+  ``False``: the model is no longer Ready, so the caller must not forward the request (it re-activates).
+  The patch adds one annotation key, or creates the annotations map when the Model has none (guarded by
+  a ``test`` that it is still absent, so concurrent annotations are never overwritten); when the cached
+  shape was wrong the other shape is tried once. With a report of ours already set, a due re-stamp (older
+  than ``refresh``, 10 s) is a plain merge patch: that report already holds the drain;
 - ``refresh(busy_keys)`` from the heartbeat: re-stamps busy models every ``refresh``, removes the report
   of models with nothing in flight;
 - ``idle(model, ready)`` when the last request ends: removed at once if the model is no longer Ready in
   the cluster (a swap is waiting for it), else lazily by the next ``refresh`` (no write per request).
-Failures are logged and never fail a request. Used by ``flexinfer.kube.proxy_side``.
+Other failures (403, 404, transport errors) are logged and never fail a request. Used by
+``flexinfer.kube.proxy_side``.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import re
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime
+from typing import Any
 
 from flexinfer.api.model import Model
 from flexinfer.kube.demand import rfc3339, utc_now
@@ -40,6 +49,16 @@ def proxy_identity(pod_name: str, fallback: str) -> str:
     return cleaned or "flexinfer-proxy"
 
 
+def guarded_report(annotation: str, stamp: str, *, has_annotations: bool) -> list[dict[str, Any]]:
+    """JSON patch operations: set ``annotation`` to ``stamp`` only while ``status.phase`` is Ready."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/status/phase", "value": "Ready"}]
+    if has_annotations:
+        escaped = annotation.replace("~", "~0").replace("/", "~1")
+        return [*ops, {"op": "add", "path": f"/metadata/annotations/{escaped}", "value": stamp}]
+    return [*ops, {"op": "test", "path": "/metadata/annotations", "value": None},
+            {"op": "add", "path": "/metadata/annotations", "value": {annotation: stamp}}]
+
+
 class InflightReporter:
     """Keeps this proxy's in-flight report on the Models it is serving (see the module docstring)."""
 
@@ -51,12 +70,37 @@ class InflightReporter:
         """key → (namespace, name, monotonic time of our last stamp) for every report we left set."""
         self._background: set[asyncio.Task[None]] = set()
         self.writes = 0
+        self.refusals = 0
 
-    async def busy(self, model: Model) -> None:
-        """Make sure a fresh report exists before a request is forwarded to ``model``."""
+    async def busy(self, model: Model) -> bool:
+        """Make sure a fresh report exists before a request is forwarded to ``model``; ``False`` when the API
+        server refused the first report because the model is no longer Ready (do not forward)."""
         written = self._written.get(model.key)
-        if written is None or self._clock() - written[2] >= self._refresh:
+        if written is None:
+            return await self._first_report(model)
+        if self._clock() - written[2] >= self._refresh:
             await self._stamp(model.namespace, model.name)
+        return True
+
+    async def _first_report(self, model: Model) -> bool:
+        stamp, has_map = rfc3339(self._now()), bool(model.metadata.annotations)
+        refusal: KubeApiError | None = None
+        for shape in (has_map, not has_map):
+            try:
+                await self._api.json_patch_model(model.namespace, model.name,
+                                                 guarded_report(self.annotation, stamp, has_annotations=shape))
+            except KubeApiError as exc:
+                if not exc.refused:
+                    log.warning("in-flight report for model %s failed: %s", model.key, exc)
+                    return True
+                refusal = exc
+                continue
+            self.writes += 1
+            self._written[model.key] = (model.namespace, model.name, self._clock())
+            return True
+        self.refusals += 1
+        log.info("model %s is no longer Ready in the API server (%s); not forwarding", model.key, refusal)
+        return False
 
     def idle(self, model: Model, ready: bool) -> None:
         """The last request for ``model`` ended; clear now if the cluster no longer has it Ready."""

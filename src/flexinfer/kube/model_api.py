@@ -1,7 +1,9 @@
 """The slice of the Kubernetes API the in-cluster proxy needs, as a small Protocol and its lightkube adapter.
 
 ``ModelApi``: list Models (with the list's resourceVersion), watch them from a resourceVersion,
-merge-patch a Model's status subresource (demand) and its metadata (in-flight reports).
+merge-patch a Model's status subresource (demand) and its metadata (in-flight report heartbeats and
+removals), and JSON-patch a Model (the first in-flight report after idle, guarded by a ``test`` operation;
+a failed ``test`` is a 422, see ``KubeApiError.refused``).
 ``LightkubeModelApi`` implements it over ``lightkube.AsyncClient``; unit tests implement it with an
 in-memory fake for fault injection (410 Gone, conflicts, dropped watches).
 Failures surface as ``KubeApiError`` (``status`` = HTTP code, ``None`` for transport errors);
@@ -12,7 +14,7 @@ kubeconfig from ``flexinfer.kube.connection.load_kubeconfig``, shared with the m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +42,11 @@ class KubeApiError(EngineError):
     def retriable(self) -> bool:
         """Conflicts, throttling, server errors and transport failures are worth another try."""
         return self.status is None or self.status in (409, 429) or self.status >= 500
+
+    @property
+    def refused(self) -> bool:
+        """422 Unprocessable Entity: for a JSON patch, a ``test`` failed or a path did not exist."""
+        return self.status == 422
 
 
 class WatchExpiredError(KubeApiError):
@@ -75,6 +82,9 @@ class ModelApi(Protocol):
     async def patch_model_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
 
     async def patch_model(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    async def json_patch_model(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+        """RFC 6902 JSON patch of the Model (all operations or none; a failed ``test`` raises 422)."""
 
 
 class LightkubeModelApi:
@@ -117,6 +127,13 @@ class LightkubeModelApi:
             await self._client.patch(ModelResource, name, dict(patch), namespace=namespace, patch_type=PatchType.MERGE)
         except httpx2.HTTPError as exc:
             raise _api_error(f"patch model {namespace}/{name}", exc) from None
+
+    async def json_patch_model(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+        try:
+            await self._client.patch(ModelResource, name, [dict(op) for op in operations], namespace=namespace,
+                                     patch_type=PatchType.JSON)
+        except httpx2.HTTPError as exc:
+            raise _api_error(f"JSON-patch model {namespace}/{name}", exc) from None
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -6,7 +6,9 @@ the per-model request queue, the cold-start budget and in-flight accounting. ``D
 the watch cache into it: spec changes redeclare the model set, and a model that leaves Ready in the cluster
 (preempted, scaled down, deleted) is marked stopped so the next request activates it again.
 ``DemandActivator`` wraps the dispatcher's ``Activator``: it reports in-flight requests to the manager
-(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served.
+(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the API
+server refuses the first report (the model left Ready before our watch saw it) the request is not forwarded
+but waits for the model to be activated again.
 ``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
 """
 
@@ -18,6 +20,7 @@ import dataclasses
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -26,7 +29,7 @@ from flexinfer.api.model import Model, ServerlessSpec
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
 from flexinfer.core.envvalues import EnvVar, bool_word
-from flexinfer.core.errors import ConfigError
+from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
@@ -43,6 +46,9 @@ NEVER = "876000h"
 HEARTBEAT_INTERVAL = 5.0
 """How often in-flight reports are refreshed (each at most every 10 s) and models with requests in flight
 are offered to ``DemandSignal.keep_alive`` (throttled to 1 m)."""
+REFUSAL_WAIT = 5.0
+"""After a refused first in-flight report: the longest wait for the watch cache to show the Model's newer
+version before the model is marked stopped anyway (paces retries while the watch lags)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,25 @@ class DispatcherSync:
         self._dispatcher.post(ev.ModelStopped(model.key))
 
 
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def _once(callback: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """``callback`` called at most once (an admission may be retried after a refused report)."""
+    if callback is None:
+        return None
+    called = False
+
+    def call(model: str) -> None:
+        nonlocal called
+        if not called:
+            called = True
+            callback(model)
+
+    return call
+
+
 class DemandActivator:
     """An ``Activator`` that reports in-flight requests and keeps demand alive for the models it serves."""
 
@@ -168,6 +193,26 @@ class DemandActivator:
 
     async def acquire(self, model: str, timeout: float | None = None,
                       on_wait: Callable[[str], None] | None = None) -> Grant:
+        """Admit, then report before forwarding; a refused first report (the model left Ready in the API
+        server) releases the grant and waits for the model to be activated again (see ``_refused``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        on_wait = _once(on_wait)
+        while True:
+            grant, found = await self._admit(model, _remaining(deadline), on_wait)
+            if found is None:
+                return grant
+            try:
+                accepted = await self._reporter.busy(found)
+            except BaseException:
+                grant.release()
+                raise
+            if accepted:
+                return self._track(grant, found)
+            grant.release()
+            await self._refused(found, grant, deadline)
+
+    async def _admit(self, model: str, timeout: float | None,
+                     on_wait: Callable[[str], None] | None) -> tuple[Grant, Model | None]:
         self.before()
         grant = await self._inner.acquire(model, timeout, on_wait)
         found = self._lookup(grant.model)
@@ -177,14 +222,24 @@ class DemandActivator:
             self.stale(found)
             grant = await self._inner.acquire(model, timeout, on_wait)
             found = self._lookup(grant.model)
-        if found is None:
-            return grant
-        try:
-            await self._reporter.busy(found)
-        except BaseException:
-            grant.release()
-            raise
-        return self._track(grant, found)
+        return grant, found
+
+    async def _refused(self, seen: Model, grant: Grant, deadline: float | None) -> None:
+        """The API server refused the first report: ``seen`` (Ready in our cache) is not Ready there. Wait,
+        bounded by ``REFUSAL_WAIT``, for the watch to deliver a newer version (``DispatcherSync`` then marks
+        the model stopped); if the cache still says Ready, mark it stopped ourselves. The next admission
+        activates the model again (demand signal) and waits for the manager to make it Ready."""
+        left = _remaining(deadline)
+        if left is not None and left <= 0:
+            raise ColdStartTimeoutError(f"model {seen.key} is not Ready in the cluster (in-flight report refused)")
+        version = seen.metadata.resource_version
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REFUSAL_WAIT if left is None else min(REFUSAL_WAIT, left)):
+                await self._store.wait_until(
+                    seen.key, lambda m: True if m is None or m.metadata.resource_version != version else None)
+        cached = self._store.get(seen.key)
+        if cached is not None and self._current(cached, grant):
+            self.stale(cached)
 
     def _track(self, grant: Grant, model: Model) -> Grant:
         key, released = model.key, False

@@ -16,7 +16,7 @@ import yaml
 
 import flexinfer
 from flexinfer.cli.main import build_parser
-from support.helm_chart import CHART_DIR, container, find
+from support.helm_chart import CHART_DIR, Helm, container, find
 from support.kube_testbed import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -81,6 +81,19 @@ def test_chart_runs_registered_subcommands(default_docs: list[dict[str, Any]]) -
         args = container(find(default_docs, "Deployment", f"flexinfer-{name}"), name)["args"]
         assert args[0] == name
         assert args[0] in subcommands()
+
+
+def test_chart_args_parse_with_the_real_cli(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
+    parser = build_parser()
+    manager = container(find(default_docs, "Deployment", "flexinfer-manager"), "manager")["args"]
+    parsed = parser.parse_args(manager)
+    assert (parsed.command, parsed.metrics_bind_address, parsed.health_probe_bind_address, parsed.leader_elect,
+            parsed.namespace) == ("manager", ":8080", ":8081", True, [])  # no --namespace: kopf cluster-wide
+    follower = helm.template("controller.leaderElect=false", "controller.ports.metrics=9090")
+    parsed = parser.parse_args(container(find(follower, "Deployment", "flexinfer-manager"), "manager")["args"])
+    assert (parsed.metrics_bind_address, parsed.leader_elect) == (":9090", None)
+    proxy = parser.parse_args(container(find(default_docs, "Deployment", "flexinfer-proxy"), "proxy")["args"])
+    assert (proxy.command, proxy.port) == ("proxy", 8080)  # the container port the chart declares
 
 
 def test_chart_versions_follow_the_package(default_docs: list[dict[str, Any]]) -> None:

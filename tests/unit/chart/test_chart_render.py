@@ -35,6 +35,7 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 IMAGE = "ghcr.io/flexinfer/flexinfer:0.1.0"
 TRACING_ENV = ("FLEXINFER_OTEL_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "FLEXINFER_OTEL_SERVICE_NAMESPACE")
 POD_NAMESPACE = {"fieldRef": {"fieldPath": "metadata.namespace"}}
+POD_NAME = {"fieldRef": {"fieldPath": "metadata.name"}}
 EVERYTHING_ON = (
     *SEED_SET_ARGS,
     "observability.tracing.serviceNamespace=flexinfer-system",
@@ -116,6 +117,7 @@ def test_manager_deployment_contract(default_docs: list[dict[str, Any]]) -> None
 def test_default_manager_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
     assert manager_env(default_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
+        "POD_NAME": POD_NAME,
         "DEFAULT_SHM_SIZE_LIMIT": "8Gi",
         "DEFAULT_FLASH_LOADER_ENABLED": "false",
         "DEFAULT_FLASH_LOADER_IMAGE": IMAGE,
@@ -126,6 +128,7 @@ def test_default_manager_env_is_exact(default_docs: list[dict[str, Any]]) -> Non
 def test_seed_command_renders_flash_loader_and_tracing_on_manager(seed_docs: list[dict[str, Any]]) -> None:
     assert manager_env(seed_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
+        "POD_NAME": POD_NAME,
         "DEFAULT_SHM_SIZE_LIMIT": "8Gi",
         "DEFAULT_FLASH_LOADER_ENABLED": "true",
         "DEFAULT_FLASH_LOADER_IMAGE": IMAGE,
@@ -161,6 +164,26 @@ def test_tracing_service_namespace_on_both_when_set(helm: Helm) -> None:
         assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in env
 
 
+@pytest.mark.parametrize("tracing", ["true", "false"])
+def test_trust_incoming_false_renders_on_the_proxy_only(helm: Helm, tracing: str) -> None:
+    docs = helm.template(f"observability.tracing.enabled={tracing}", "observability.tracing.trustIncoming=false")
+    assert proxy_env(docs)["FLEXINFER_OTEL_TRUST_INCOMING"] == "false"
+    assert "FLEXINFER_OTEL_TRUST_INCOMING" not in manager_env(docs)
+    assert ("FLEXINFER_OTEL_ENABLED" in proxy_env(docs)) == (tracing == "true")
+
+
+def test_trust_incoming_default_renders_nothing(helm: Helm, seed_docs: list[dict[str, Any]]) -> None:
+    explicit = helm.template("observability.tracing.enabled=true", "observability.tracing.trustIncoming=true")
+    for docs in (seed_docs, explicit):
+        for env in (manager_env(docs), proxy_env(docs)):
+            assert "FLEXINFER_OTEL_TRUST_INCOMING" not in env
+
+
+def test_trust_incoming_must_be_a_boolean(helm: Helm) -> None:
+    with pytest.raises(HelmError, match="trustIncoming"):
+        helm.template("observability.tracing.trustIncoming=nope")
+
+
 def test_optional_runtime_env_only_when_set(helm: Helm) -> None:
     unset = manager_env(
         helm.template("controller.runtime.shmSizeLimit=", "controller.runtime.flashLoader.concurrency=null")
@@ -189,6 +212,7 @@ def test_image_tag_defaults_to_app_version_and_is_shared(helm: Helm) -> None:
 def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
     assert proxy_env(default_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
+        "POD_NAME": POD_NAME,
         "PROXY_QUEUE_TIMEOUT": "10m",
         "PROXY_COLD_START_TIMEOUT": "10m",
         "PROXY_MAX_QUEUE_SIZE": "100",
@@ -211,6 +235,11 @@ def test_proxy_rate_limit_and_auth_env(helm: Helm) -> None:
     }
     assert env["PROXY_AUTH_ENABLED"] == "true"
     assert env["PROXY_AUTH_TOKEN"] == {"secretKeyRef": {"name": "proxy-token", "key": "token"}}
+
+
+def test_proxy_all_namespaces_is_opt_in(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
+    assert "FLEXINFER_PROXY_ALL_NAMESPACES" not in proxy_env(default_docs)
+    assert proxy_env(helm.template("proxy.allNamespaces=true"))["FLEXINFER_PROXY_ALL_NAMESPACES"] == "true"
 
 
 def test_proxy_auth_without_secret_is_refused(helm: Helm) -> None:
