@@ -11,6 +11,7 @@ def test_probe_returns_a_bindable_port() -> None:
     port = probe_free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+        assert sock.getsockname()[1] == port > 0
 
 
 def test_allocated_ports_are_distinct_until_released() -> None:

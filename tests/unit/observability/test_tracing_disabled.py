@@ -139,3 +139,4 @@ def test_disabled_record_activation_is_a_noop() -> None:
     tracing = init_tracing("p", tracing_settings({}))
     record_activation(tracing, model="m", namespace="ns", kind="cold_start", start=1.0, end=2.0,
                       stages=[("health", 1.0, 2.0)], triggers=[object()])
+    assert not tracing.enabled

@@ -68,8 +68,10 @@ async def test_concurrency_limit_waits_then_times_out():
 
 async def test_unlimited_concurrency_never_waits():
     limiter = ConcurrencyLimiter(0)
+    entered = 0
     async with limiter.slot("m", 0), limiter.slot("m", 0):
-        pass
+        entered = 2
+    assert entered == 2
 
 
 def test_bearer_auth():
