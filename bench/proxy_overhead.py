@@ -5,7 +5,7 @@ LiteLLM's proxy on the same upstream when ``--litellm PATH_TO_LITELLM_BIN`` is g
 
     python bench/proxy_overhead.py [--duration 5] [--no-uvloop] [--litellm /tmp/venv/bin/litellm]
 
-Targets (issue 5): added p50 <= 0.5 ms at c=1; throughput >= 0.5x direct at c=64. Prints figures only.
+Targets: added p50 <= 0.5 ms at c=1; throughput >= 0.5x direct at c=64. Prints figures only.
 Internal roles (``--role upstream|proxy``) run the servers as child processes.
 """
 

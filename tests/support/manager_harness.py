@@ -1,4 +1,4 @@
-"""Running ``flexinfer manager`` in-process against the real testbed apiserver (kube helper's test support).
+"""Running ``flexinfer manager`` in-process against the real testbed apiserver.
 
 - ``kube_testbed`` (session fixture): etcd + kube-apiserver (built on first use) with the generated CRDs.
 - ``Cluster``: a lightkube client on one fresh namespace per test, with helpers to create Models, patch a

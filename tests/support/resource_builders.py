@@ -1,4 +1,4 @@
-"""Builders for Model / ModelCache resources in unit tests (foundation helper's test support).
+"""Builders for Model / ModelCache resources in unit tests.
 
 ``make_model(spec_overrides...)`` returns a validated ``Model`` so tests state only what matters.
 """

@@ -3,7 +3,7 @@
 - ``LifecycleMetrics``: model lifecycle and shared-GPU metrics (cold start, swap, phase, transitions,
   group state, preemptions, startup stages) plus the reconcile metrics. It satisfies
   ``flexinfer.runtime.observer.LifecycleObserver`` (the dispatcher calls it) and is called directly by the
-  Kubernetes engine; the tracing helper calls ``reconcile_duration``/``reconcile_error``.
+  Kubernetes engine; ``observability.tracing.reconcile_span`` calls ``reconcile_duration``/``reconcile_error``.
 - ``ProxyMetrics``: the proxy metrics of spec §4.3 that FlexInfer keeps; satisfies
   ``flexinfer.proxy.hooks.ProxyMetrics``.
 
@@ -146,7 +146,7 @@ class LifecycleMetrics:
         """Remove every series of a deleted model."""
         self._book.forget(model.key)
 
-    # Reconcile (called by the tracing helper's reconcile span) ------------
+    # Reconcile (called by observability.tracing.reconcile_span) ------------
 
     def reconcile_duration(self, controller: str, seconds: float) -> None:
         self._reconcile.labels(controller).observe(seconds)
