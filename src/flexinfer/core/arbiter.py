@@ -15,7 +15,16 @@ from collections.abc import Iterable
 from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
-from flexinfer.core.arbiter_state import Slot, Ticket, challenger, failed_error, first_choice, next_decision_time
+from flexinfer.core.arbiter_state import (
+    Slot,
+    Ticket,
+    activation_failure_effect,
+    activation_success_effects,
+    challenger,
+    failed_error,
+    first_choice,
+    next_decision_time,
+)
 from flexinfer.core.errors import (
     ColdStartTimeoutError,
     ModelNotFoundError,
@@ -175,34 +184,28 @@ class Arbiter:
             del self.next_up[slot.group]
 
     def _observe(self, slot: Slot, activation: Activation, now: float) -> None:
-        obs = activation.finish(now)
-        if obs.cold_start is not None:
-            self._emit(ev.ObserveColdStart(slot.key, obs.cold_start))
-        if obs.swap is not None and slot.group is not None:
-            self._emit(ev.ObserveSwap(slot.key, slot.group, obs.swap))
-        for span in obs.stages:
-            self._emit(ev.ObserveStage(slot.key, span.stage, span.seconds))
-        self._emit(ev.ActivationDone(
-            slot.key, activation.kind, activation.decided_at, now,
-            tuple((s.stage, s.start, s.end) for s in obs.stages), tuple(slot.queue), "success",
-            activation.preempted))
+        for effect in activation_success_effects(slot, activation, now):
+            self._emit(effect)
 
     def _start_failed(self, key: str, error: str, now: float) -> None:
         slot = self.slots.get(key)
         if slot is None or not slot.running or slot.stopping:
             return
-        slot.running, slot.endpoint, slot.drain_until = False, None, None
+        if slot.activation is not None:
+            self._emit(activation_failure_effect(slot, slot.activation, now))
+        self._fail(slot, "StartFailed", error, now)
+
+    def _fail(self, slot: Slot, reason: str, error: str, now: float) -> None:
+        """The model server is gone without being asked to: Failed, backoff, waiting tickets rejected."""
+        slot.running, slot.endpoint, slot.drain_until, slot.ready_since = False, None, None, None
+        slot.activation, slot.preempted_by = None, None
         slot.failures += 1
         backoff = self.policy.backoff(slot.failures)
         slot.retry_at, slot.wanted = now + backoff, False
-        self._phase(slot, FAILED, "StartFailed")
-        if slot.activation is not None:
-            a, slot.activation = slot.activation, None
-            self._emit(ev.ActivationDone(key, a.kind, a.decided_at, now, tuple(
-                (s.stage, s.start, s.end) for s in a.fail(now).stages), tuple(slot.queue), "failure", a.preempted))
+        self._phase(slot, FAILED, reason)
         for ticket in list(slot.queue.values()):
             self._reject(slot, ticket, failed_error(slot, error, backoff))
-        if slot.group is not None and self.next_up.get(slot.group) == key:
+        if slot.group is not None and self.next_up.get(slot.group) == slot.key:
             del self.next_up[slot.group]
 
     def _stopped(self, key: str) -> None:
@@ -226,16 +229,7 @@ class Arbiter:
             return self._stopped(key)
         if slot.loading:
             return self._start_failed(key, error, now)
-        slot.running, slot.endpoint, slot.drain_until, slot.ready_since = False, None, None, None
-        slot.failures += 1
-        backoff = self.policy.backoff(slot.failures)
-        slot.retry_at, slot.wanted, slot.preempted_by = now + backoff, False, None
-        self._phase(slot, FAILED, "ServerExited")
-        for ticket in list(slot.queue.values()):
-            self._reject(slot, ticket, failed_error(slot, error, backoff))
-        if slot.group is not None and self.next_up.get(slot.group) == key:
-            del self.next_up[slot.group]
-        return None
+        return self._fail(slot, "ServerExited", error, now)
 
     def _stage(self, key: str, stage: str, now: float) -> None:
         slot = self.slots.get(key)

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from flexinfer.api.model import Model
-from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core import arbiter_events as ev
+from flexinfer.core.arbiter_events import ArbiterPolicy, Effect
 from flexinfer.core.errors import ModelFailedError
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.phases import FAILED, IDLE, READY
@@ -157,3 +158,27 @@ def failed_error(slot: Slot, error: str, retry_after: float) -> ModelFailedError
     err = ModelFailedError(f"Failed to activate model '{slot.model.name}': {error}")
     err.retry_after = max(retry_after, 1.0)
     return err
+
+
+def activation_success_effects(slot: Slot, activation: Activation, now: float) -> list[Effect]:
+    """The observations of an activation that reached Ready: cold start, swap (shared groups), stages, and
+    the ``ActivationDone`` record naming the tickets that waited for it."""
+    obs = activation.finish(now)
+    effects: list[Effect] = []
+    if obs.cold_start is not None:
+        effects.append(ev.ObserveColdStart(slot.key, obs.cold_start))
+    if obs.swap is not None and slot.group is not None:
+        effects.append(ev.ObserveSwap(slot.key, slot.group, obs.swap))
+    effects += [ev.ObserveStage(slot.key, span.stage, span.seconds) for span in obs.stages]
+    stages = tuple((s.stage, s.start, s.end) for s in obs.stages)
+    effects.append(ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages,
+                                     tuple(slot.queue), "success", activation.preempted))
+    return effects
+
+
+def activation_failure_effect(slot: Slot, activation: Activation, now: float) -> Effect:
+    """The ``ActivationDone`` record of an activation whose start failed."""
+    stages = tuple((s.stage, s.start, s.end) for s in activation.fail(now).stages)
+    return ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages, tuple(slot.queue),
+                             "failure", activation.preempted)
+
