@@ -3,12 +3,15 @@ real kube-apiserver (Deployments are marked ready through their status subresour
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from lightkube import ApiError
 from lightkube.types import PatchType
 
+from flexinfer.core.election import WAITING_SINCE_ANNOTATION, ElectionPolicy
+from flexinfer.core.model_status_plan import ManagerPolicy
 from flexinfer.kube.client import ModelResource
 from support.manager_harness import (
     Cluster,
@@ -71,6 +74,42 @@ async def test_demand_for_a_higher_priority_member_swaps_the_gpu(kube_testbed: A
             assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="low") == 1
             assert metric_value(text, "flexinfer_sharedgroup_preemptions_total", **{"from": "low", "to": "high"}) == 1
             assert metric_value(text, "flexinfer_sharedgroup_state", model="low", state="Preempted") == 1
+        finally:
+            assert await running.close() == 0
+
+
+async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_leader(kube_testbed: Any) -> None:
+    """The proxy's wait marker (``flexinfer.ai/waiting-since``) feeds the starvation bound: ``high`` is Ready
+    with fresh demand, ``low`` waits; once the wait exceeds ``max_wait`` (2 s here) the manager's timer
+    fires and ``low`` takes the GPU."""
+    policy = ManagerPolicy(election=ElectionPolicy(max_wait=2.0))
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c, policy=policy))
+        try:
+            await c.create_model("high", **shared(200))
+            await c.create_model("low", **shared(100))
+            await c.phase_is("low", "Idle")
+            await c.demand("high")
+            await c.replicas_are("high", 1)
+            await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
+            await c.phase_is("high", "Ready")
+            await c.demand("high")  # busy: well inside the 2 m demand window for the rest of the test
+            since = datetime.now(UTC) - timedelta(seconds=0.5)
+            await c.demand("low", since)  # the proxy signals demand when the first request starts waiting
+            await c.client.patch(ModelResource, "low", {"metadata": {"annotations": {
+                WAITING_SINCE_ANNOTATION: rfc3339(since)}}}, namespace=c.namespace, patch_type=PatchType.MERGE)
+            high = await c.phase_is("high", "Preempted")
+            assert high["sharedGroup"]["preemptedBy"] == "low"
+            preempted_at = datetime.fromisoformat(high["sharedGroup"]["preemptedAt"])
+            assert preempted_at >= since + timedelta(seconds=1), "not before the bound (preemptedAt is in seconds)"
+            await c.replicas_are("high", 0)
+            await c.replicas_are("low", 1)
+
+            async def low_active() -> bool:  # the status is written after the Deployment is applied
+                return (await c.status("low")).get("sharedGroup", {}).get("state") == "Active"
+            await c.wait_for(low_active, what="low Active")
+            text = await running.metrics()
+            assert metric_value(text, "flexinfer_sharedgroup_preemptions_total", **{"from": "high", "to": "low"}) == 1
         finally:
             assert await running.close() == 0
 

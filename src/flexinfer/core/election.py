@@ -25,8 +25,30 @@ DEFAULT_SWAP_COOLDOWN: Final = 300.0
 DEMAND_WINDOW: Final = 120.0
 RECENT_WINDOW: Final = 300.0
 LEASE_PREFIX: Final = "gpu-lease/"
+WAITING_SINCE_ANNOTATION: Final = "flexinfer.ai/waiting-since"
+"""Model annotation the in-cluster proxy keeps at the RFC 3339 start of the oldest request waiting for the
+model (``flexinfer.kube.wait_marker``); the manager reads it into ``Member.waiting_since``."""
 
 MemberState = Literal["Active", "Queued", "Preempted"]
+
+
+def parse_waiting_since(text: str) -> datetime:
+    """An RFC 3339 instant with a UTC offset (``Z`` allowed); ``ValueError`` for anything else."""
+    moment = datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        raise ValueError(f"no UTC offset in {text!r}")
+    return moment
+
+
+def waiting_since_of(model: Model) -> datetime | None:
+    """The model's wait marker (``WAITING_SINCE_ANNOTATION``); ``None`` when absent or unparsable."""
+    text = model.metadata.annotations.get(WAITING_SINCE_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_waiting_since(text)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ The Kubernetes reconciler (``flexinfer.kube.reconciler``) calls, per member and 
 ``plan_member`` (replicas to apply; whether this pass preempts the member), then, with the Deployment
 as applied, ``finish_member`` (the new status and, when the model just became Ready, its cold-start /
 swap observations). ``next_wakeup`` says when a timer must re-reconcile a group (idle timeout, demand
-and cooldown windows, drain deadline, lease expiry) so nothing is polled.
+and cooldown windows, drain deadline, lease expiry, a wait marker crossing the starvation bound) so
+nothing is polled.
 
 Drain (swap): a member that loses the GPU while Ready is marked Preempted at once (proxies stop sending
 it requests) but keeps its replica while any proxy reports in-flight requests for it (annotation
@@ -23,7 +24,14 @@ from typing import Final
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import ActivationStatus, Model, Phase, SharedGroupStatus
 from flexinfer.core import phases
-from flexinfer.core.election import LEASE_PREFIX, ElectionPolicy, Member, MemberDecision, group_cooldown
+from flexinfer.core.election import (
+    LEASE_PREFIX,
+    ElectionPolicy,
+    Member,
+    MemberDecision,
+    group_cooldown,
+    waiting_since_of,
+)
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.model_status import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
 from flexinfer.core.replicas import ReplicaContext, desired_replicas, idle_timeout_seconds
@@ -190,6 +198,9 @@ def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:
         out.extend(last + timedelta(seconds=w) for w in windows)
     if shared is not None and shared.preempted_at is not None:
         out.append(shared.preempted_at + timedelta(seconds=policy.drain_timeout))
+    waiting = waiting_since_of(model)
+    if waiting is not None and policy.election.max_wait is not None:
+        out.append(waiting + timedelta(seconds=policy.election.max_wait))
     return out
 
 

@@ -8,7 +8,9 @@ the watch cache into it: spec changes redeclare the model set, and a model that 
 ``DemandActivator`` wraps the dispatcher's ``Activator``: it reports in-flight requests to the manager
 (``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the API
 server refuses the first report (the model left Ready before our watch saw it) the request is not forwarded
-but waits for the model to be activated again.
+but waits for the model to be activated again. Requests that wait for an activation are counted by the
+``WaitMarker`` (``flexinfer.kube.wait_marker``), which publishes the oldest wait for the manager's
+starvation bound.
 ``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
 """
 
@@ -35,6 +37,7 @@ from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
 from flexinfer.kube.model_api import ModelApi
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
+from flexinfer.kube.wait_marker import WaitMarker, WaitTicket
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import LifecycleObserver
 from flexinfer.runtime.ports import Activator, Grant
@@ -178,13 +181,22 @@ def _once(callback: Callable[[str], None] | None) -> Callable[[str], None] | Non
     return call
 
 
+def _then(first: Callable[[str], None], second: Callable[[str], None] | None) -> Callable[[str], None]:
+    def both(reason: str) -> None:
+        first(reason)
+        if second is not None:
+            second(reason)
+    return both
+
+
 class DemandActivator:
     """An ``Activator`` that reports in-flight requests and keeps demand alive for the models it serves."""
 
     def __init__(self, inner: Activator, store: ModelStore, *, lookup: Callable[[str], Model | None],
-                 demand: DemandSignal, reporter: InflightReporter, override: bool = False) -> None:
+                 demand: DemandSignal, reporter: InflightReporter, override: bool = False,
+                 marker: WaitMarker | None = None) -> None:
         self._inner, self._store, self._lookup, self._override = inner, store, lookup, override
-        self._demand, self._reporter = demand, reporter
+        self._demand, self._reporter, self._marker = demand, reporter, marker
         self.before: Callable[[], None] = lambda: None
         """Called before each admission (``DispatcherSync.flush``)."""
         self.stale: Callable[[Model], None] = lambda _: None
@@ -194,11 +206,20 @@ class DemandActivator:
     async def acquire(self, model: str, timeout: float | None = None,
                       on_wait: Callable[[str], None] | None = None) -> Grant:
         """Admit, then report before forwarding; a refused first report (the model left Ready in the API
-        server) releases the grant and waits for the model to be activated again (see ``_refused``)."""
+        server) releases the grant and waits for the model to be activated again (see ``_refused``). A wait
+        for an activation is counted by the wait marker until this call returns or raises."""
+        ticket = WaitTicket(self._marker, lambda: self._lookup(model))
+        try:
+            return await self._acquire(model, timeout, _once(on_wait), ticket)
+        finally:
+            ticket.end()
+
+    async def _acquire(self, model: str, timeout: float | None, on_wait: Callable[[str], None] | None,
+                       ticket: WaitTicket) -> Grant:
         deadline = None if timeout is None else time.monotonic() + timeout
-        on_wait = _once(on_wait)
+        waiting = _then(ticket.begin, on_wait)
         while True:
-            grant, found = await self._admit(model, _remaining(deadline), on_wait)
+            grant, found = await self._admit(model, _remaining(deadline), waiting)
             if found is None:
                 return grant
             try:
@@ -300,8 +321,10 @@ class ClusterSide:
                                  cold_start_timeout=settings.cold_start_timeout)
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
         self.reporter = InflightReporter(api, settings.identity)
+        self.marker = WaitMarker(api, self.store)
         self.activator = DemandActivator(self.dispatcher, self.store, lookup=self.catalog.model, demand=self.demand,
-                                         reporter=self.reporter, override=settings.endpoint_override)
+                                         reporter=self.reporter, override=settings.endpoint_override,
+                                         marker=self.marker)
         self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override,
                                    left_ready=self.activator.left_ready)
         self.activator.before, self.activator.stale = self.sync.flush, self.sync.forget_endpoint
@@ -332,6 +355,7 @@ class ClusterSide:
         await self.reporter.aclose()
         await self.reporter.clear_all()
         await self.demand.aclose()
+        await self.marker.aclose()
 
 
 ENV_VARS: tuple[EnvVar, ...] = (

@@ -1,7 +1,8 @@
 """Reconciles one unit (an exclusive Model, or every member of a shared group) from the store.
 
 Per pass: validate (invalid → phase Failed, ``ConfigValid=False``, Warning event, nothing rendered);
-elect the group's active member (``flexinfer.core.election``, GPULeases honoured); per member, plan
+elect the group's active member (``flexinfer.core.election``, GPULeases honoured, each member's
+``flexinfer.ai/waiting-since`` annotation from the proxies feeding the starvation bound); per member, plan
 replicas (``flexinfer.core.model_status_plan``), write a preemption first (Preempted status, Normal
 event ``Preempted``, preemptions counter) and re-check in-flight reports on the written object, apply the
 rendered Deployment + Service (``flexinfer.kube.applier``), derive the status from the applied Deployment
@@ -20,7 +21,14 @@ from typing import Any
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
 from flexinfer.api.model import Model, ModelStatus
 from flexinfer.core.controller_defaults import ControllerDefaults
-from flexinfer.core.election import Election, Member, active_lease, elect
+from flexinfer.core.election import (
+    WAITING_SINCE_ANNOTATION,
+    Election,
+    Member,
+    active_lease,
+    elect,
+    parse_waiting_since,
+)
 from flexinfer.core.manifests import render_model
 from flexinfer.core.model_status import (
     DeploymentFacts,
@@ -82,6 +90,7 @@ class Reconciler:
         self._scope, self._wake, self._clock = scope, wake, clock
         self.applier = Applier(api, store)
         self.lifecycle = LifecycleTracker(sink)
+        self._bad_markers: dict[str, str] = {}
 
     async def reconcile(self, unit: Unit) -> None:
         now = self._clock()
@@ -103,7 +112,7 @@ class Reconciler:
 
     def _plan(self, unit: Unit, models: list[Model], now: datetime) -> list[Step]:
         ctx = ReplicaContext(now=now)
-        election = self._elect(unit, models, now) if unit.group else None
+        election = self.election(unit, models, now) if unit.group else None
         by_name = {m.name: m for m in models}
         steps = []
         for model in models:
@@ -117,11 +126,27 @@ class Reconciler:
             steps = self._with_swap(steps, election)
         return steps
 
-    def _elect(self, unit: Unit, models: list[Model], now: datetime) -> Election:
+    def election(self, unit: Unit, models: list[Model], now: datetime) -> Election:
+        """Elect the shared group's active member (members carry the proxies' wait markers)."""
         timeout = self._policy.election.default_cold_start_timeout
-        members = [Member.from_model(m, default_cold_start_timeout=timeout) for m in models]
+        members = [Member.from_model(m, waiting_since=self.waiting_since(m), default_cold_start_timeout=timeout)
+                   for m in models]
         lease = active_lease(self._store.leases(unit.namespace), unit.name, now)
         return elect(members, now, self._policy.election, lease)
+
+    def waiting_since(self, model: Model) -> datetime | None:
+        """The proxy's wait marker (starvation bound); an unparsable one is ignored, logged once per value."""
+        text = model.metadata.annotations.get(WAITING_SINCE_ANNOTATION)
+        if text is None:
+            return None
+        try:
+            return parse_waiting_since(text)
+        except ValueError:
+            if self._bad_markers.get(model.key) != text:
+                self._bad_markers[model.key] = text
+                log.warning("model %s: ignoring annotation %s=%r (not an RFC 3339 time)",
+                            model.key, WAITING_SINCE_ANNOTATION, text)
+            return None
 
     @staticmethod
     def _with_swap(steps: list[Step], election: Election) -> list[Step]:

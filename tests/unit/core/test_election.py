@@ -6,9 +6,20 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
-from flexinfer.core.election import ElectionPolicy, Member, active_lease, elect, group_cooldown
+from flexinfer.core.election import (
+    WAITING_SINCE_ANNOTATION,
+    ElectionPolicy,
+    Member,
+    active_lease,
+    elect,
+    group_cooldown,
+    parse_waiting_since,
+    waiting_since_of,
+)
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 GO = ElectionPolicy(max_wait=None)
@@ -104,3 +115,18 @@ def test_member_from_model() -> None:
     member = Member.from_model(model)
     assert (member.priority, member.swap_cooldown, member.cold_start_timeout) == (7, 600, 90)
     assert not member.can_take_demand
+
+
+def test_the_wait_marker_parses_rfc3339_with_an_offset_only() -> None:
+    assert parse_waiting_since("2025-01-02T03:04:05.123456Z") == datetime(2025, 1, 2, 3, 4, 5, 123456, UTC)
+    assert parse_waiting_since(" 2025-01-02T04:04:05+01:00 ") == datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    for garbage in ("soon", "", "2025-01-02T03:04:05"):
+        with pytest.raises(ValueError):
+            parse_waiting_since(garbage)
+
+    def marked(value: str | None) -> Model:
+        annotations = {} if value is None else {WAITING_SINCE_ANNOTATION: value}
+        return Model.model_validate({"metadata": {"name": "q", "annotations": annotations},
+                                     "spec": {"backend": "vllm", "source": "hf://x/y"}})
+    assert waiting_since_of(marked("2025-01-02T03:04:05Z")) == datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert waiting_since_of(marked("garbage")) is None and waiting_since_of(marked(None)) is None
