@@ -171,6 +171,7 @@ async def test_a_matching_modelcache_change_re_renders_the_model(kube_testbed: A
             await c.client.patch(ModelCacheResource, "coder-cache", {"spec": {"flashLoader": {"concurrency": 12}}},
                                  namespace=c.namespace, patch_type=PatchType.MERGE)
             await c.wait_for(lambda: _flash_concurrency(c, "coder", "12"), what="concurrency 12")
+            assert not await _flash_concurrency(c, "coder", "8")
         finally:
             await running.close()
 

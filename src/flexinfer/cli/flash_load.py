@@ -13,6 +13,7 @@ import dataclasses
 import sys
 from typing import Any
 
+from flexinfer.cli.arguments import int_at_least
 from flexinfer.flashloader import config
 from flexinfer.flashloader.progress import make_progress
 from flexinfer.flashloader.report import StageReport
@@ -22,14 +23,6 @@ from flexinfer.settings import environment
 MAX_LISTED = 20
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,8 +33,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--src", help="source directory (FLASH_SRC, required)")
     parser.add_argument("--dst", help="destination directory, usually on tmpfs (FLASH_DST, required)")
-    parser.add_argument("--concurrency", type=_positive, help="parallel copy workers (FLASH_CONCURRENCY, 4)")
-    parser.add_argument("--buffer-kb", type=_positive, help="bytes per copy call, in KiB (FLASH_BUFFER_KB, 4096)")
+    parser.add_argument("--concurrency", type=int_at_least(1), help="parallel copy workers (FLASH_CONCURRENCY, 4)")
+    parser.add_argument("--buffer-kb", type=int_at_least(1), help="bytes per copy call, in KiB (FLASH_BUFFER_KB, 4096)")
     parser.add_argument(
         "--verify", action=argparse.BooleanOptionalAction, default=None,
         help="compare checksums of unchanged files and verify every expected file (FLASH_VERIFY, off)",
@@ -52,7 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--variant", help="weights variant to prefer: fp16 (FLASH_VARIANT)")
     parser.add_argument(
-        "--chunk-mib", type=_positive, help="split files larger than this into ranges copied in parallel (256)",
+        "--chunk-mib", type=int_at_least(1), help="split files larger than this into ranges copied in parallel (256)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress output, only the summary")
     return parser

@@ -17,6 +17,7 @@ import yaml
 from flexinfer.api.loading import load_paths
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
+from flexinfer.cli.arguments import int_at_least
 from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job
@@ -31,20 +32,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-f", "--filename", action="append", required=True, metavar="FILE|DIR",
                         help="manifest file or directory (repeatable)")
     parser.add_argument("--env-file", metavar="FILE", help="controller environment (KEY=VALUE lines)")
-    parser.add_argument("--replicas", type=_non_negative, default=1, metavar="N",
+    parser.add_argument("--replicas", type=int_at_least(0), default=1, metavar="N",
                         help="Deployment replicas to render (default 1; the manager decides at run time)")
     parser.add_argument("--cleanup-jobs", action="store_true", help="also print tmpfs cleanup Jobs")
     return parser
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
-    return value
 
 
 def load_defaults(env_file: str | None) -> ControllerDefaults:

@@ -35,8 +35,10 @@ def test_rendered_objects_validate_strictly(case: str, replicas: int) -> None:
     cache = make_cache(name="m-1-cache", namespace="team-a", flash_loader={"enabled": True, "concurrency": 8})
     docs = render_model(model, [cache], controller_defaults(ENV), replicas)
     job = render_tmpfs_cleanup_job(model)
-    for doc in [*docs, *([job] if job else [])]:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    objects = [*docs, *([job] if job else [])]
+    for doc in objects:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises ValidationError on any problem
+    assert {doc["kind"] for doc in objects} >= {"Deployment", "Service"}
 
 
 def test_validator_catches_a_broken_object() -> None:

@@ -60,4 +60,4 @@ def test_per_file_failure_exits_non_zero(
 def test_bad_flag_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         main(["flash-load", "--concurrency", "0"])
-    assert caught.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+    assert caught.value.code == 2 and "--concurrency: must be ≥ 1, got 0" in capsys.readouterr().err

@@ -4,26 +4,15 @@ KubeEngine) admitting requests the way the proxy handler does, plus its settings
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
 from flexinfer.api.model import Model
 from flexinfer.core.errors import ModelFailedError, ModelNotFoundError
-from flexinfer.kube.proxy_side import ClusterProxySettings, ClusterSide, cluster_proxy_settings, dispatch_model
+from flexinfer.kube.proxy_side import cluster_proxy_settings, dispatch_model
 from flexinfer.runtime.ports import Endpoint, Grant
+from support.cluster_side import cluster_side
 from support.fake_model_api import FakeModelApi, eventually, model_body
-
-
-@contextlib.asynccontextmanager
-async def side(api: FakeModelApi, **settings: object) -> AsyncIterator[ClusterSide]:
-    cluster = ClusterSide(api, ClusterProxySettings(**settings))  # type: ignore[arg-type]
-    await cluster.start(sync_timeout=5)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 async def ready(api: FakeModelApi, name: str, endpoint: str = "") -> None:
@@ -37,7 +26,7 @@ def demand_patches(api: FakeModelApi, name: str) -> int:
 async def test_a_request_for_an_idle_model_signals_demand_once_and_is_granted_on_ready() -> None:
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         waits: list[str] = []
         burst = [asyncio.create_task(cluster.activator.acquire("m", 5, waits.append)) for _ in range(10)]
         await eventually(lambda: demand_patches(api, "m") == 1)
@@ -57,7 +46,7 @@ async def test_a_ready_model_is_granted_without_a_new_activation() -> None:
     api = FakeModelApi()
     await api.put(model_body("m"))
     await ready(api, "m")
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         grant = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
         assert grant.endpoint == Endpoint("http://m.default.svc:8000")
         grant.release()
@@ -72,7 +61,7 @@ async def test_a_model_preempted_in_the_cluster_is_activated_again_by_the_next_r
     api = FakeModelApi()
     await api.put(model_body("m"))
     await ready(api, "m")
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         (await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)).release()
         before = demand_patches(api, "m")
         await api.set_status("m", {"phase": "Preempted"})
@@ -88,7 +77,7 @@ async def test_a_grant_the_cluster_disagrees_with_is_replaced_by_a_new_activatio
     api = FakeModelApi()
     await api.put(model_body("m"))
     await ready(api, "m")
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         (await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)).release()
         listeners, cluster.store._listeners = cluster.store._listeners, []  # the dispatcher misses the change
         await api.set_status("m", {"phase": "Preempted"})
@@ -108,7 +97,7 @@ async def test_a_grant_the_cluster_disagrees_with_is_replaced_by_a_new_activatio
 async def test_failed_rejects_waiting_requests_and_the_next_request_tries_again() -> None:
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         waiting = asyncio.create_task(cluster.activator.acquire("m", 5))
         await eventually(lambda: demand_patches(api, "m") == 1)
         await api.set_status("m", {"phase": "Failed", "message": "no GPU node matches"})
@@ -125,7 +114,7 @@ async def test_members_of_one_shared_group_are_served_side_by_side() -> None:
     for name in ("a", "b"):
         await api.put(model_body(name, gpu={"shared": "gpu0", "vendor": "amd"}))
         await ready(api, name)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         a = await asyncio.wait_for(cluster.activator.acquire("a", 5), 2)
         b = await asyncio.wait_for(cluster.activator.acquire("b", 5), 2)
         assert (a.endpoint, b.endpoint) == (Endpoint("http://a.default.svc:8000"), Endpoint("http://b.default.svc:8000"))
@@ -135,7 +124,7 @@ async def test_members_of_one_shared_group_are_served_side_by_side() -> None:
 
 async def test_a_new_model_is_admitted_immediately_and_a_deleted_one_rejects_its_waiters() -> None:
     api = FakeModelApi()
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         await api.put(model_body("late", phase="Idle"))
         await eventually(lambda: cluster.catalog.resolve("late") is not None)
         waiting = asyncio.create_task(cluster.activator.acquire("late", 5))
@@ -149,7 +138,7 @@ async def test_keep_alive_patches_for_long_running_requests() -> None:
     api = FakeModelApi()
     await api.put(model_body("m"))
     await ready(api, "m")
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         grant = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
         await eventually(lambda: demand_patches(api, "m") == 1)
         cluster.demand._last.clear()
@@ -159,6 +148,7 @@ async def test_keep_alive_patches_for_long_running_requests() -> None:
         await eventually(lambda: demand_patches(api, "m") == 2)
         heartbeat.cancel()
         grant.release()
+    assert demand_patches(api, "m") == 2
 
 
 def test_dispatch_model_drops_the_group_pinning_and_idle_stop() -> None:

@@ -7,8 +7,6 @@ not forwarded: it waits for the model to be activated again."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from datetime import datetime
 
 import pytest
@@ -18,20 +16,13 @@ from flexinfer.core.errors import ColdStartTimeoutError
 from flexinfer.core.model_status_plan import busy_proxies
 from flexinfer.kube import proxy_side
 from flexinfer.kube.inflight_report import INFLIGHT_PREFIX, InflightReporter, proxy_identity
-from flexinfer.kube.proxy_side import ClusterProxySettings, ClusterSide
+from flexinfer.kube.proxy_side import ClusterSide
+from support.cluster_side import cluster_side
 from support.fake_model_api import FakeModelApi, eventually, model_body
 
 KEY = INFLIGHT_PREFIX + "proxy-a"
 
 
-@contextlib.asynccontextmanager
-async def side(api: FakeModelApi) -> AsyncIterator[ClusterSide]:
-    cluster = ClusterSide(api, ClusterProxySettings(identity="proxy-a"))
-    await cluster.start(sync_timeout=5)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 def report(api: FakeModelApi, name: str = "m") -> str | None:
@@ -46,7 +37,7 @@ async def ready_model(api: FakeModelApi, name: str = "m") -> None:
 async def test_the_first_grant_writes_the_report_before_returning_and_later_grants_do_not() -> None:
     api = FakeModelApi()
     await ready_model(api)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         first = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
         stamp = report(api)
         assert stamp is not None
@@ -66,7 +57,7 @@ async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
     api = FakeModelApi()
     await ready_model(api, "idle")
     await ready_model(api, "busy")
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         reporter: InflightReporter = cluster.reporter
         (await asyncio.wait_for(cluster.activator.acquire("idle", 5), 2)).release()
         held = await asyncio.wait_for(cluster.activator.acquire("busy", 5), 2)
@@ -75,13 +66,14 @@ async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
         beat = asyncio.create_task(cluster.activator.heartbeat(interval=0.01))
         await eventually(lambda: report(api, "idle") is None and report(api, "busy") != before)
         beat.cancel()
+        assert report(api, "busy") is not None
         held.release()
 
 
 async def test_a_model_that_left_ready_is_cleared_when_its_last_request_ends() -> None:
     api = FakeModelApi()
     await ready_model(api)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         held = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
         await api.set_status("m", {"phase": "Preempted"})
         await eventually(lambda: cluster.store.get("default/m").status.phase == "Preempted")  # type: ignore[union-attr]
@@ -93,7 +85,7 @@ async def test_a_model_that_left_ready_is_cleared_when_its_last_request_ends() -
 async def test_an_idle_model_that_left_ready_is_cleared_at_once() -> None:
     api = FakeModelApi()
     await ready_model(api)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         (await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)).release()
         assert report(api) is not None  # lazily kept while Ready
         await api.set_status("m", {"phase": "Preempted"})
@@ -103,7 +95,7 @@ async def test_an_idle_model_that_left_ready_is_cleared_at_once() -> None:
 async def test_shutdown_clears_every_report() -> None:
     api = FakeModelApi()
     await ready_model(api)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
         assert report(api) is not None
     assert report(api) is None
@@ -140,7 +132,7 @@ async def served_then_idle(cluster: ClusterSide) -> None:
 async def test_a_refused_first_report_is_not_forwarded_and_the_request_waits_for_reactivation() -> None:
     api = FakeModelApi()
     await ready_model(api)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         await served_then_idle(cluster)
         api.objects["default/m"]["status"]["phase"] = "Preempted"  # the server moved on; the watch lags
         request = asyncio.create_task(cluster.activator.acquire("m", 10))
@@ -162,7 +154,7 @@ async def test_with_a_lagging_watch_the_model_is_reactivated_and_the_request_tim
     monkeypatch.setattr(proxy_side, "REFUSAL_WAIT", 0.05)
     api = FakeModelApi()
     await ready_model(api)
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         await served_then_idle(cluster)
         api.objects["default/m"]["status"]["phase"] = "Preempted"  # not delivered to the watch
         demand_before = len(api.patches)

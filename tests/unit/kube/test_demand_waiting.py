@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,18 +14,9 @@ import pytest
 from flexinfer.core.election import WAITING_SINCE_ANNOTATION, parse_waiting_since
 from flexinfer.core.errors import FlexInferError
 from flexinfer.kube.demand import rfc3339
-from flexinfer.kube.proxy_side import ClusterProxySettings, ClusterSide
+from flexinfer.kube.proxy_side import ClusterSide
+from support.cluster_side import cluster_side
 from support.fake_model_api import FakeModelApi, eventually, model_body
-
-
-@contextlib.asynccontextmanager
-async def side(api: FakeModelApi) -> AsyncIterator[ClusterSide]:
-    cluster = ClusterSide(api, ClusterProxySettings(identity="proxy-a"))
-    await cluster.start(sync_timeout=5)
-    try:
-        yield cluster
-    finally:
-        await cluster.close()
 
 
 def marker(api: FakeModelApi, name: str = "m") -> str | None:
@@ -53,7 +43,7 @@ async def synced(cluster: ClusterSide, api: FakeModelApi, name: str = "m") -> No
 async def test_a_waiting_period_writes_the_marker_once_and_ready_clears_it() -> None:
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         before = datetime.now(UTC)
         burst = [asyncio.create_task(cluster.activator.acquire("m", 5)) for _ in range(5)]
         await eventually(lambda: marker(api) is not None)
@@ -78,7 +68,7 @@ async def test_an_older_marker_of_another_replica_is_kept_and_not_cleared_by_us(
     api = FakeModelApi()
     older = rfc3339(datetime.now(UTC) - timedelta(minutes=3))
     await api.put(model_body("m", phase="Idle", annotations={WAITING_SINCE_ANNOTATION: older}))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         waiting = asyncio.create_task(cluster.activator.acquire("m", 0.3))
         with pytest.raises(FlexInferError):
             await asyncio.wait_for(waiting, 2)
@@ -92,7 +82,7 @@ async def test_a_newer_or_garbage_marker_is_replaced_by_our_older_wait() -> None
     newer = rfc3339(datetime.now(UTC) + timedelta(minutes=1))
     await api.put(model_body("m", phase="Idle", annotations={WAITING_SINCE_ANNOTATION: newer}))
     await api.put(model_body("g", phase="Idle", annotations={WAITING_SINCE_ANNOTATION: "soon"}))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         tasks = [asyncio.create_task(cluster.activator.acquire(name, 5)) for name in ("m", "g")]
         await eventually(lambda: marker(api) not in (newer, None) and marker(api, "g") not in ("soon", None))
         assert parse_waiting_since(marker(api) or "") < parse_waiting_since(newer)
@@ -104,7 +94,7 @@ async def test_a_newer_or_garbage_marker_is_replaced_by_our_older_wait() -> None
 async def test_the_marker_is_cleared_when_the_waits_end_by_timeout_or_cancellation() -> None:
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         timed_out = asyncio.create_task(cluster.activator.acquire("m", 0.3))
         await eventually(lambda: marker(api) is not None)
         with pytest.raises(FlexInferError):
@@ -126,7 +116,7 @@ async def test_a_stale_marker_on_a_ready_model_is_cleared_and_a_cleared_one_rewr
     await api.put(model_body("r", annotations={WAITING_SINCE_ANNOTATION: left}))
     await ready(api, "r")
     await api.put(model_body("m", phase="Idle"))
-    async with side(api) as cluster:
+    async with cluster_side(api) as cluster:
         await eventually(lambda: marker(api, "r") is None)
         waiting = asyncio.create_task(cluster.activator.acquire("m", 5))
         await eventually(lambda: marker(api) is not None)
@@ -137,3 +127,4 @@ async def test_a_stale_marker_on_a_ready_model_is_cleared_and_a_cleared_one_rewr
         await ready(api)
         (await asyncio.wait_for(waiting, 2)).release()
         await eventually(lambda: marker(api) is None)
+    assert (marker(api, "r"), marker(api)) == (None, None)

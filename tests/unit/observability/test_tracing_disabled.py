@@ -15,6 +15,7 @@ from flexinfer.observability.tracing import (
     request_span,
     tracing_settings,
 )
+from support.reconcile_metrics import RecordingMetrics
 
 GARBAGE_ENV = {
     "OTEL_EXPORTER_OTLP_ENDPOINT": "::not a url::",
@@ -26,18 +27,6 @@ GARBAGE_ENV = {
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-class RecordingMetrics:
-    """Records the reconcile metric calls."""
-
-    def __init__(self) -> None:
-        self.durations: list[tuple[str, float]] = []
-        self.errors: list[str] = []
-
-    def reconcile_duration(self, controller: str, seconds: float) -> None:
-        self.durations.append((controller, seconds))
-
-    def reconcile_error(self, controller: str) -> None:
-        self.errors.append(controller)
 
 
 @pytest.fixture

@@ -11,23 +11,12 @@ from opentelemetry import propagate, trace
 from flexinfer.core.errors import ConfigError
 from flexinfer.observability.tracing import Tracing, init_tracing, reconcile_span, record_activation, tracing_settings
 from support.otlp_receiver import OTLPReceiver
+from support.reconcile_metrics import RecordingMetrics
 
 ERROR, UNSET = 2, 0
 SERVER, CLIENT, INTERNAL = 2, 3, 1
 
 
-class RecordingMetrics:
-    """Records the reconcile metric calls."""
-
-    def __init__(self) -> None:
-        self.durations: list[tuple[str, float]] = []
-        self.errors: list[str] = []
-
-    def reconcile_duration(self, controller: str, seconds: float) -> None:
-        self.durations.append((controller, seconds))
-
-    def reconcile_error(self, controller: str) -> None:
-        self.errors.append(controller)
 
 
 @pytest.fixture
