@@ -114,7 +114,10 @@ async def test_requests_alternating_between_two_group_members_swap_the_gpu(kube_
             assert phases.count(("alpha", "Ready")) == 2 and phases.count(("beta", "Ready")) == 2
             events = [e["reason"] for e in await c.events("alpha")]
             assert "Preempted" in events
-            assert swap_samples(await running.metrics()) >= 3
+
+            async def three_swaps_observed() -> bool:  # observed just after the status write the proxy saw
+                return swap_samples(await running.metrics()) >= 3
+            assert await c.wait_for(three_swaps_observed, what="three swap observations")
             print("\nalternating requests (first = cold start, then swaps): "
                   + ", ".join(f"{n} {t:.2f}s" for n, t in zip(order, took, strict=True)))
         finally:

@@ -114,17 +114,27 @@ def test_destination_full_preflight_on_real_tmpfs(tmp_path: Path, small_tmpfs: P
     assert list((small_tmpfs / "model").iterdir()) == []
 
 
+def plenty(_path: str) -> int:
+    """A free-space probe that passes the preflight, so the copy itself meets the real ENOSPC."""
+    return 2**40
+
+
 def test_destination_fills_up_during_copy(tmp_path: Path, small_tmpfs: Path) -> None:
+    """A copy that runs out of space fails that file only; files staged earlier stay intact."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "fits.bin").write_bytes(os.urandom(2**20))
+    fits = os.urandom(2**20)
+    (src / "fits.bin").write_bytes(fits)
+    first = stage_blocking(src, small_tmpfs / "m", free_space=plenty)
+    assert first.failures == () and (small_tmpfs / "m" / "fits.bin").read_bytes() == fits
     (src / "too-big.bin").write_bytes(os.urandom(12 * 2**20))
     with pytest.raises(InsufficientSpaceError):
         stage_blocking(src, small_tmpfs / "m")
-    report = stage_blocking(src, small_tmpfs / "m", free_space=lambda _path: 2**40)
+    report = stage_blocking(src, small_tmpfs / "m", free_space=plenty)
     assert [issue.path for issue in report.failures] == ["too-big.bin"]
     assert "No space left on device" in report.failures[0].reason
     assert sorted(p.name for p in (small_tmpfs / "m").iterdir()) == ["fits.bin"]
+    assert (small_tmpfs / "m" / "fits.bin").read_bytes() == fits
 
 
 def test_kill_mid_copy_then_rerun_completes(tmp_path: Path) -> None:

@@ -129,8 +129,7 @@ async def test_status_follows_the_deployment_and_ready_is_reported_fast(kube_tes
             assert latency < 5.0
             assert {x["type"]: x["status"] for x in status["conditions"]}["Ready"] == "True"
             assert "activation" not in status
-            text = await running.metrics()
-            assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="solo") == 1
+            text = await running.metric_is("flexinfer_model_cold_start_duration_seconds_count", 1, model="solo")
             assert metric_value(text, "flexinfer_model_phase", model="solo", phase="Ready") == 1
         finally:
             await running.close()

@@ -68,8 +68,7 @@ async def test_demand_for_a_higher_priority_member_swaps_the_gpu(kube_testbed: A
             await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
             high = await c.phase_is("high", "Ready")
             assert "activation" not in high and "preemptedAt" not in high["sharedGroup"]
-            text = await running.metrics()
-            assert metric_value(text, "flexinfer_model_swap_duration_seconds_count", model="high") == 1
+            text = await running.metric_is("flexinfer_model_swap_duration_seconds_count", 1, model="high")
             assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="high") == 1
             assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="low") == 1
             assert metric_value(text, "flexinfer_sharedgroup_preemptions_total", **{"from": "low", "to": "high"}) == 1
@@ -108,8 +107,7 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
             async def low_active() -> bool:  # the status is written after the Deployment is applied
                 return (await c.status("low")).get("sharedGroup", {}).get("state") == "Active"
             await c.wait_for(low_active, what="low Active")
-            text = await running.metrics()
-            assert metric_value(text, "flexinfer_sharedgroup_preemptions_total", **{"from": "high", "to": "low"}) == 1
+            await running.metric_is("flexinfer_sharedgroup_preemptions_total", 1, **{"from": "high", "to": "low"})
         finally:
             assert await running.close() == 0
 
@@ -164,8 +162,7 @@ async def test_a_manager_restarted_mid_swap_converges_and_still_measures_the_swa
             assert high["sharedGroup"]["state"] == "Active" and "activation" not in high
             low = await c.status("low")
             assert low["phase"] == "Preempted" and await c.replicas("low") == 0
-            text = await second.metrics()
-            assert metric_value(text, "flexinfer_model_swap_duration_seconds_count", model="high") == 1
+            await second.metric_is("flexinfer_model_swap_duration_seconds_count", 1, model="high")
         finally:
             await second.close()
 

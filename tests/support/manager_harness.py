@@ -115,14 +115,7 @@ class Cluster:
 
     async def wait_for(self, probe: Callable[[], Awaitable[T]], timeout: float = 15.0, what: str = "") -> T:
         """Poll ``probe`` until it returns a truthy value; fail with the last value after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        last: T | None = None
-        while time.monotonic() < deadline:
-            last = await probe()
-            if last:
-                return last
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}: last={last!r}")
+        return await poll_until(probe, timeout, what)
 
     async def phase_is(self, name: str, phase: str, timeout: float = 15.0) -> Body:
         async def probe() -> Body | None:
@@ -134,6 +127,18 @@ class Cluster:
         async def probe() -> bool:
             return await self.replicas(name) == replicas
         await self.wait_for(probe, timeout, f"{name} replicas {replicas}")
+
+
+async def poll_until(probe: Callable[[], Awaitable[T]], timeout: float, what: str = "") -> T:
+    """Poll ``probe`` every 20 ms until it returns a truthy value; fail with the last value after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}: last={last!r}")
 
 
 @contextlib.asynccontextmanager
@@ -163,6 +168,14 @@ class RunningManager:
         url = f"http://127.0.0.1:{self.manager.endpoints.metrics_port}/metrics"
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             return await response.text()
+
+    async def metric_is(self, name: str, value: float, timeout: float = 15.0, **labels: str) -> str:
+        """Poll ``/metrics`` until one sample has ``value``; return that text. Metrics are observed after the
+        status write that a test waits for, so a test reading them right after the status must wait too."""
+        async def probe() -> str | None:
+            text = await self.metrics()
+            return text if metric_value(text, name, **labels) == value else None
+        return await poll_until(probe, timeout, f"{name}{labels} == {value}")
 
     async def readyz(self) -> int:
         url = f"http://127.0.0.1:{self.manager.endpoints.health_port}/readyz"
