@@ -29,9 +29,9 @@ from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 
 from flexinfer.assembly.proxy import ClusterProxy, start_proxy
-from support.fake_model_api import eventually
 from support.fake_openai import FakeOpenAI
 from support.kube_testbed import REPO_ROOT, KubeTestbed
+from support.polling import eventually
 
 pytestmark = pytest.mark.integration
 

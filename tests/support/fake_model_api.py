@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from flexinfer.kube.model_api import KubeApiError, ModelList, WatchEvent, WatchExpiredError
@@ -33,15 +32,6 @@ def model_body(name: str, namespace: str = "default", *, phase: str | None = Non
     if phase is not None:
         doc["status"] = {"phase": phase}
     return doc
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.005) -> None:
-    """Poll ``predicate`` until it holds; ``AssertionError`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:

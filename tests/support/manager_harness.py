@@ -32,6 +32,7 @@ from flexinfer.kube.client import ModelResource
 from flexinfer.kube.config import ManagerConfig
 from flexinfer.kube.manager import Manager
 from support.kube_testbed import REPO_ROOT, KubeTestbed
+from support.polling import poll_until
 
 T = TypeVar("T")
 Body = dict[str, Any]
@@ -127,18 +128,6 @@ class Cluster:
         async def probe() -> bool:
             return await self.replicas(name) == replicas
         await self.wait_for(probe, timeout, f"{name} replicas {replicas}")
-
-
-async def poll_until(probe: Callable[[], Awaitable[T]], timeout: float, what: str = "") -> T:
-    """Poll ``probe`` every 20 ms until it returns a truthy value; fail with the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}: last={last!r}")
 
 
 @contextlib.asynccontextmanager

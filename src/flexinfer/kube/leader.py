@@ -94,7 +94,8 @@ class LeaderElector:
         retry = asyncio.Event()  # never set: a bounded wait between rounds
         while not await self.try_once():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(retry.wait(), self._renew_every / 2)
+                async with asyncio.timeout(self._renew_every / 2):
+                    await retry.wait()
         log.info("became leader (%s/%s as %s)", self.namespace, LEASE_NAME, self.identity)
 
     async def hold(self) -> None:

@@ -108,7 +108,8 @@ async def run_tool(argv: Sequence[str], path: str | None, timeout: float = TOOL_
     except OSError:
         return ""
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        async with asyncio.timeout(timeout):
+            out, _ = await proc.communicate()
     except TimeoutError:
         proc.kill()
         await proc.wait()

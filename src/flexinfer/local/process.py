@@ -86,7 +86,8 @@ class ServerProcess:
         if not self.exited.is_set():
             self.signal_group(signal.SIGTERM)
             try:
-                await asyncio.wait_for(asyncio.shield(self.exited.wait()), grace)
+                async with asyncio.timeout(grace):
+                    await asyncio.shield(self.exited.wait())
             except TimeoutError:
                 log.warning("process %s ignored SIGTERM for %.1fs; killing its group", self.pid, grace)
         self.kill()  # the leader is gone, but children it forked may not be
@@ -96,7 +97,8 @@ class ServerProcess:
         """Wait for the leader (after a kill) and let the log pump finish; returns the exit status."""
         code = await asyncio.shield(self.wait())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._pump), PUMP_DRAIN_SECONDS)
+            async with asyncio.timeout(PUMP_DRAIN_SECONDS):
+                await asyncio.shield(self._pump)
         if not self._pump.done():  # a grandchild that escaped the group still holds the pipe
             self._pump.cancel()
         self.output.flush()

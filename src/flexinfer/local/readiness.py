@@ -43,13 +43,15 @@ class ProbeResult:
 async def probe(host: str, port: int, path: str, timeout: float = PROBE_TIMEOUT) -> ProbeResult:
     """One GET ``path``; never raises for network trouble (that is ``connected=False`` or ``status=None``)."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return ProbeResult(connected=False)
     try:
         writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode("ascii"))
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
+        async with asyncio.timeout(timeout):
+            line = await reader.readline()
         return ProbeResult(connected=True, status=parse_status_line(line))
     except (OSError, TimeoutError):
         return ProbeResult(connected=True)
@@ -96,13 +98,14 @@ async def wait_ready(host: str, port: int, path: str, *, timeout: float, exited:
                 on_connected()
         if result.ready:
             return time.monotonic() - start
-        await _sleep_or_exit(min(delay, max(0.0, deadline - time.monotonic())), exited)
+        await sleep_or_exit(min(delay, max(0.0, deadline - time.monotonic())), exited)
         delay = min(delay * BACKOFF, MAX_DELAY)
 
 
-async def _sleep_or_exit(seconds: float, exited: asyncio.Event) -> None:
+async def sleep_or_exit(seconds: float, exited: asyncio.Event) -> None:
     """Sleep ``seconds`` but wake as soon as the process exits."""
     if exited.is_set():
         return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(exited.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await exited.wait()

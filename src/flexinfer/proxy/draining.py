@@ -33,7 +33,8 @@ class DrainState:
     async def wait_idle(self, timeout: float) -> bool:
         """True when no request is in flight within ``timeout`` seconds."""
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
         except TimeoutError:
             return False
         return True

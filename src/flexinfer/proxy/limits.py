@@ -93,7 +93,8 @@ class ConcurrencyLimiter:
             return
         semaphore = self._slots.setdefault(model, asyncio.Semaphore(self._limit))
         try:
-            await asyncio.wait_for(semaphore.acquire(), timeout)
+            async with asyncio.timeout(timeout):
+                await semaphore.acquire()
         except TimeoutError:
             raise ColdStartTimeoutError(
                 f"Timeout waiting for a free slot on model '{model}' (limit {self._limit} concurrent requests)"

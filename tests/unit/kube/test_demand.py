@@ -18,7 +18,8 @@ from flexinfer.kube.demand import ENDPOINT_OVERRIDE_ANNOTATION, DemandSignal, Ku
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
 from flexinfer.runtime.ports import Endpoint
-from support.fake_model_api import FakeModelApi, eventually, model_body
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -187,18 +188,18 @@ async def test_a_stalled_load_fails_when_its_deadline_passes() -> None:
 
 
 async def test_progress_moves_the_stall_deadline() -> None:
-    base = time.monotonic()
-
-    def moving_now() -> datetime:
-        return T0 + timedelta(seconds=time.monotonic() - base)
-
+    """The test's clock moves only when told to, so however slow the machine, the first deadline is still
+    ahead when the progress stamp arrives; the engine's timer for that old deadline then fires into a model
+    whose new deadline is far away."""
     doc = model_body("m", phase="Loading")
-    doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.8)))
+    doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.9)))
     async with cluster(doc) as c:
-        start = asyncio.create_task(c.engine(now=moving_now).start(c.model(), no_report))
+        start = asyncio.create_task(c.engine().start(c.model(), no_report))
         await c.seen(lambda _: len(c.api.patches) == 1)
-        await c.api.set_status("m", {"loadingProgressAt": rfc3339(moving_now())})
-        await asyncio.sleep(0.4)  # well past the first deadline: the new progress stamp counts
+        await c.api.set_status("m", {"loadingProgressAt": rfc3339(T0 + timedelta(seconds=1))})
+        await c.seen(lambda _: c.model().status.loading_progress_at == T0 + timedelta(seconds=1))
+        c.clock.offset = 5.0  # past the first deadline (T0 + 0.1 s), far before the new one (T0 + 121 s)
+        await asyncio.sleep(0.3)  # the engine's timer for the first deadline (0.11 s) fires in this window
         assert not start.done()
         await c.api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
         assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")

@@ -12,7 +12,8 @@ from flexinfer.core.errors import ModelFailedError, ModelNotFoundError
 from flexinfer.kube.proxy_side import cluster_proxy_settings, dispatch_model
 from flexinfer.runtime.ports import Endpoint, Grant
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, eventually, model_body
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
 
 
 async def ready(api: FakeModelApi, name: str, endpoint: str = "") -> None:

@@ -18,7 +18,8 @@ from flexinfer.kube import proxy_side
 from flexinfer.kube.inflight_report import INFLIGHT_PREFIX, InflightReporter, proxy_identity
 from flexinfer.kube.proxy_side import ClusterSide
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, eventually, model_body
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
 
 KEY = INFLIGHT_PREFIX + "proxy-a"
 

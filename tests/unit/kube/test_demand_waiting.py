@@ -16,7 +16,8 @@ from flexinfer.core.errors import FlexInferError
 from flexinfer.kube.demand import rfc3339
 from flexinfer.kube.proxy_side import ClusterSide
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, eventually, model_body
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
 
 
 def marker(api: FakeModelApi, name: str = "m") -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from flexinfer.kube.queue import ReconcileQueue
+from support.polling import eventually
 
 
 async def test_requests_coalesce_and_a_running_unit_runs_again_once() -> None:
@@ -19,7 +20,7 @@ async def test_requests_coalesce_and_a_running_unit_runs_again_once() -> None:
     queue: ReconcileQueue[str] = ReconcileQueue(handler, workers=2)
     queue.start()
     queue.add("a")
-    await asyncio.wait_for(_until(lambda: seen == ["a"]), 2)
+    await eventually(lambda: seen == ["a"], 2)
     for _ in range(5):
         queue.add("a")  # while running: one more run afterwards
     gate.set()
@@ -60,7 +61,7 @@ async def test_a_failure_is_retried_later() -> None:
     queue: ReconcileQueue[str] = ReconcileQueue(handler)
     queue.start()
     queue.add("a")
-    await asyncio.wait_for(_until(lambda: len(calls) == 2), 5)
+    await eventually(lambda: len(calls) == 2)
     assert calls[1] - calls[0] >= 0.9
     await queue.stop()
 
@@ -77,11 +78,3 @@ async def test_only_the_earliest_timer_is_kept() -> None:
     assert queue.pending_timers() == {"a": now + 50}
     await queue.stop()
     assert queue.pending_timers() == {}
-
-
-async def _until(predicate) -> None:  # type: ignore[no-untyped-def]
-    """Yield to the workers until ``predicate`` holds (callers bound it with wait_for)."""
-    for _ in iter(int, 1):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)

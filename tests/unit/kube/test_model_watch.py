@@ -12,7 +12,8 @@ import pytest
 from flexinfer.api.model import Model
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
-from support.fake_model_api import FakeModelApi, eventually, model_body
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,8 @@ import pytest
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.local.engine import LocalEngine, LocalEngineSettings
-from support.local_processes import Stages, alive, fake_openai_command, make_model, stub_command, wait_until
+from support.local_processes import Stages, alive, fake_openai_command, make_model, stub_command
+from support.polling import eventually
 
 
 async def get_json(url: str) -> dict:
@@ -101,7 +102,7 @@ async def test_stop_kills_the_whole_group(engine: LocalEngine, weights: Path) ->
     assert leader is not None and alive(leader) and alive(grandchild)
     await engine.stop(model)
     assert not alive(leader)
-    await wait_until(lambda: not alive(grandchild))
+    await eventually(lambda: not alive(grandchild), 10)
     assert engine.endpoint(model.key) is None
     await engine.stop(model)  # idempotent
 
@@ -124,14 +125,14 @@ async def test_cancel_during_start_leaves_nothing(engine: LocalEngine, weights: 
     command = stub_command("--grandchild", "--startup-delay", "30")
     model = make_model("cancelled", weights.as_uri(), {"command": command})
     task = asyncio.create_task(engine.start(model, Stages()))
-    await wait_until(lambda: any("grandchild pid" in line for line in engine.logs.tail(model.key) or []))
+    await eventually(lambda: any("grandchild pid" in line for line in engine.logs.tail(model.key) or []), 10)
     leader, grandchild = engine.child_pids[0], grandchild_pid(engine, model)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert engine.child_pids == []
     assert not alive(leader)
-    await wait_until(lambda: not alive(grandchild))
+    await eventually(lambda: not alive(grandchild), 10)
 
 
 async def test_aclose_leaves_no_orphans_and_refuses_new_starts(settings: LocalEngineSettings, weights: Path) -> None:
@@ -141,7 +142,7 @@ async def test_aclose_leaves_no_orphans_and_refuses_new_starts(settings: LocalEn
     pids = [engine.pid(m.key) for m in models] + [grandchild_pid(engine, m) for m in models]
     assert all(p is not None and alive(p) for p in pids)
     await engine.aclose()
-    await wait_until(lambda: not any(alive(p) for p in pids if p is not None))
+    await eventually(lambda: not any(alive(p) for p in pids if p is not None), 10)
     with pytest.raises(EngineError, match="shutting down"):
         await engine.start(models[0], Stages())
 

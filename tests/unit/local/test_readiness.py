@@ -17,6 +17,7 @@ from flexinfer.local.readiness import (
     delays,
     parse_status_line,
     probe,
+    sleep_or_exit,
     wait_ready,
 )
 
@@ -89,3 +90,15 @@ async def test_wait_ready_stops_when_the_process_exits() -> None:
 async def test_wait_ready_times_out() -> None:
     with pytest.raises(NotReady):
         await wait_ready("127.0.0.1", probe_free_port(), "/", timeout=0.05, exited=asyncio.Event())
+
+
+async def test_a_cancel_in_the_tick_the_process_exits_is_not_swallowed() -> None:
+    """Python 3.11's ``asyncio.wait_for`` drops a cancellation that lands in the same loop tick as the awaited
+    event (python/cpython#86296); a start cancelled then would keep waiting for a server nobody wants."""
+    exited = asyncio.Event()
+    waiter = asyncio.create_task(sleep_or_exit(10, exited))
+    await asyncio.sleep(0)  # one loop turn: the waiter is now parked on the event
+    exited.set()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter

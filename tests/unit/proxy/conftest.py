@@ -19,6 +19,7 @@ from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer
 from flexinfer.runtime.ports import Endpoint, Grant, ModelView
 from support.fake_openai import FakeOpenAI, Script
+from support.polling import eventually
 
 
 class StubCatalog:
@@ -76,11 +77,7 @@ class StubActivator:
 
     async def wait_released(self, count: int, timeout: float = 5.0) -> None:
         """Poll (with a deadline) until ``count`` grants were released."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while sum(1 for c in self.releases.values() if c) < count:
-            assert loop.time() < deadline, f"releases {dict(self.releases)}"
-            await asyncio.sleep(0.005)
+        await eventually(lambda: sum(1 for c in self.releases.values() if c) >= count, timeout)
 
 
 def view(name: str, **kwargs: object) -> ModelView:

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import Counter
 
 from flexinfer.proxy.config import ProxyConfig
+from support.polling import eventually
 
 CHAT = "/v1/chat/completions"
 
@@ -177,14 +178,14 @@ async def test_grants_released_exactly_once_under_concurrency(make_proxy):
 
 async def test_shutdown_drains_in_flight_then_stops_accepting(make_proxy, fake):
     fake.hold_after_first_chunk = asyncio.Event()
-    proxy = await make_proxy(ProxyConfig(shutdown_drain_delay=0.2, graceful_shutdown_timeout=5))
+    proxy = await make_proxy(ProxyConfig(shutdown_drain_delay=1.0, graceful_shutdown_timeout=5))
     response = await proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True})
     await fake.first_chunk_sent.wait()
     shutdown = asyncio.ensure_future(proxy.server.shutdown())
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as other:
         async with other.get(proxy.url + "/readyz") as ready:
             assert (ready.status, await ready.text()) == (503, "draining")
-        await _wait_for(lambda: not proxy.server.state.accepting)
+        await eventually(lambda: not proxy.server.state.accepting)
         with pytest.raises(aiohttp.ClientConnectionError):
             await other.get(proxy.url + "/healthz")
     assert not shutdown.done()
@@ -204,11 +205,3 @@ async def test_shutdown_times_out_with_stuck_request(make_proxy, fake):
     await proxy.activator.wait_released(1)
     proxy.activator.assert_released_once()
     response.close()
-
-
-async def _wait_for(predicate, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline
-        await asyncio.sleep(0.005)

@@ -10,6 +10,7 @@ import pytest
 
 from flexinfer.core.errors import ModelFailedError
 from flexinfer.proxy.config import ProxyConfig
+from support.polling import eventually
 
 CHAT = "/v1/chat/completions"
 
@@ -149,9 +150,5 @@ async def test_client_gone_while_waiting_withdraws_the_request(make_proxy):
             response.close()
         else:
             task.cancel()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while proxy.activator.withdrawn < 2:
-        assert loop.time() < deadline
-        await asyncio.sleep(0.01)
+    await eventually(lambda: proxy.activator.withdrawn >= 2)
     assert not proxy.activator.releases
