@@ -50,6 +50,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: dict[str, Any] | None
+    raw: bytes = b""
+    """The body exactly as received."""
 
 
 def tokens(count: int) -> list[str]:
@@ -73,7 +75,7 @@ class FakeOpenAI:
     """When set, every recorded request is also appended to this file as a JSON line."""
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 2**20)  # model servers take large uploads
         app.router.add_get(self.script.health_path, self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
@@ -89,7 +91,7 @@ class FakeOpenAI:
         except ValueError:
             body = None
         received = Received(request.method, request.path_qs, dict(request.headers),
-                            body if isinstance(body, dict) else None)
+                            body if isinstance(body, dict) else None, raw)
         self.requests.append(received)
         if self.record_file:
             _append_record(self.record_file, received)

@@ -1,8 +1,9 @@
 """Which model a request is for, and what to forward: the proxy's request routing rules.
 
 Sources in order (spec §6.3 step 4): the ``X-Model-ID`` header; a ``/model/<name>/…`` path prefix (stripped
-before forwarding); the JSON body's top-level ``model``. None → 400 ``missing_required_field``. The body is
-rewritten so its ``model`` is the backend's served model name. Pure functions over bytes and strings;
+before forwarding); the JSON body's top-level ``model``, or for a ``multipart/form-data`` body its ``model``
+field (``form_model.py``). None → 400 ``missing_required_field``. A JSON body is rewritten so its ``model`` is
+the backend's served model name; a form body is forwarded unchanged. Pure functions over bytes and strings;
 called by ``handler.py``.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flexinfer.core.errors import BadRequestError
+from flexinfer.proxy.form_model import form_boundary, form_field
 
 MODEL_HEADER = "X-Model-ID"
 PATH_PREFIX = "/model/"
@@ -25,7 +27,7 @@ class RoutedRequest:
 
     model: str
     source: str
-    """``header``, ``path`` or ``body``."""
+    """``header``, ``path``, ``body`` (JSON) or ``form`` (multipart)."""
     upstream_path: str
     payload: dict[str, Any] | None
     """The JSON body when it is an object, else ``None`` (then the body is forwarded untouched)."""
@@ -42,16 +44,24 @@ def route(headers: Mapping[str, str], path: str, query: str, body: bytes) -> Rou
     if query:
         upstream_path = f"{upstream_path}?{query}"
     header_model = headers.get(MODEL_HEADER, "").strip()
-    payload = _payload(body, required=not (header_model or path_model))
+    boundary = form_boundary(headers.get("Content-Type", ""))
+    named = bool(header_model or path_model)
+    payload = None if boundary is not None else _payload(body, required=not named)
     if header_model:
         return RoutedRequest(header_model, "header", upstream_path, payload)
     if path_model:
         return RoutedRequest(path_model, "path", upstream_path, payload)
-    body_model = payload.get("model") if payload is not None else None
-    if isinstance(body_model, str) and body_model.strip():
-        return RoutedRequest(body_model.strip(), "body", upstream_path, payload)
+    if boundary is not None:
+        form_model = form_field(boundary, body)
+        if form_model:
+            return RoutedRequest(form_model, "form", upstream_path, None)
+    else:
+        body_model = payload.get("model") if payload is not None else None
+        if isinstance(body_model, str) and body_model.strip():
+            return RoutedRequest(body_model.strip(), "body", upstream_path, payload)
     raise BadRequestError(
-        "you must provide a model parameter (JSON body `model`, header X-Model-ID, or /model/<name>/ prefix)",
+        "you must provide a model parameter (JSON body `model`, multipart form field `model`, header X-Model-ID, "
+        "or /model/<name>/ prefix)",
         code="missing_required_field", param="model",
     )
 

@@ -83,3 +83,19 @@ async def test_embeddings_and_model_list(make_proxy):
         models = await client.models.list()
     assert embedding.data[0].embedding == [0.25, 0.5, 0.75]
     assert [m.id for m in models.data] == ["alpha", "beta"]
+
+
+async def test_audio_transcription_form_is_routed_by_its_model_field_and_forwarded_unchanged(make_proxy, fake):
+    proxy = await make_proxy()
+    gate = proxy.activator.gates["beta"] = asyncio.Event()
+    audio = bytes(range(256)) * 4096
+    async with _client(proxy) as client:
+        task = asyncio.ensure_future(client.audio.transcriptions.create(
+            model="beta", file=("clip.wav", audio, "audio/wav")))
+        await asyncio.wait_for(proxy.activator.waiting.wait(), 5)  # held for beta's activation
+        gate.set()
+        await task
+    received = fake.requests[-1]
+    assert received.path == "/v1/audio/transcriptions"
+    assert received.headers["Content-Type"].startswith("multipart/form-data; boundary=")
+    assert audio in received.raw and b'name="model"\r\n\r\nbeta\r\n' in received.raw

@@ -55,3 +55,50 @@ def test_rewrite_body_sets_served_name_and_keeps_other_fields():
     assert rewritten == {"model": "served", "stream": True}
     assert rewrite_body(BODY, payload, "in-body") is BODY
     assert rewrite_body(b"raw", None, "served") == b"raw"
+
+
+def form(*fields: tuple[str, bytes, str | None], boundary: str = "b0undary") -> tuple[dict[str, str], bytes]:
+    """A multipart/form-data request: (headers, body) with ``(name, value, filename)`` parts in order."""
+    parts = []
+    for name, value, filename in fields:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        parts.append(f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + value + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return {"Content-Type": f"multipart/form-data; boundary={boundary}"}, body
+
+
+def test_form_field_names_the_model_after_a_large_file_and_the_body_is_kept():
+    audio = bytes(range(256)) * 40_000  # 10 MB of binary, including CR/LF and the boundary's letters
+    headers, body = form(("file", audio, "a.wav"), ("model", b" whisper-large \r\n", None),
+                         ("model", b"second", None))
+    routed = route(headers, "/v1/audio/transcriptions", "", body)
+    assert (routed.model, routed.source, routed.payload) == ("whisper-large", "form", None)
+    assert rewrite_body(body, routed.payload, "served-name") is body
+
+
+def test_header_and_prefix_still_win_over_a_form():
+    headers, body = form(("model", b"in-form", None))
+    assert route({**headers, "X-Model-ID": "hdr"}, "/v1/audio/transcriptions", "", body).model == "hdr"
+    assert route(headers, "/model/pfx/v1/audio/transcriptions", "", body).model == "pfx"
+
+
+@pytest.mark.parametrize("fields", [(), (("file", b"x", "a.wav"),), (("model", b"  ", None),)])
+def test_a_form_without_a_model_is_missing_required_field(fields):
+    headers, body = form(*fields)
+    with pytest.raises(BadRequestError) as caught:
+        route(headers, "/v1/audio/transcriptions", "", body)
+    assert caught.value.code == "missing_required_field" and "multipart form field" in str(caught.value)
+
+
+@pytest.mark.parametrize("value,problem", [(b"m" * 2000, "longer than 1024 bytes"), (b"\xff\xfe", "not UTF-8")])
+def test_bad_form_values_are_named(value, problem):
+    headers, body = form(("model", value, None))
+    with pytest.raises(BadRequestError, match=problem) as caught:
+        route(headers, "/v1/audio/transcriptions", "", body)
+    assert caught.value.param == "model"
+
+
+def test_a_malformed_form_is_a_bad_request():
+    headers, _ = form()
+    with pytest.raises(BadRequestError, match="multipart/form-data body is malformed"):
+        route(headers, "/v1/audio/transcriptions", "", b"--other\r\nno boundary here")
