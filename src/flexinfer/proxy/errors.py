@@ -32,6 +32,16 @@ class ModelParkedError(ModelNotFoundError):
     """The model exists but is parked (not served through the proxy): answered as 404 model_not_found."""
 
 
+class BackgroundNotReadyError(RequestError):
+    """A background-class request for a model that is not Ready: background work never activates a model."""
+
+    status, type, code = 503, "service_unavailable_error", "model_not_ready"
+
+    def __init__(self, model: str, phase: str) -> None:
+        super().__init__(f"model '{model}' is {phase}, not Ready; background requests only use a Ready model "
+                         "and never start one")
+
+
 class InternalError(RequestError):
     """An unexpected failure inside the proxy (details go to the log, never to the client)."""
 
@@ -74,4 +84,6 @@ def metric_status(error: RequestError) -> str:
         return "rate_limited"
     if isinstance(error, ModelParkedError):
         return "parked"
+    if isinstance(error, BackgroundNotReadyError):
+        return "background_not_ready"
     return "error"

@@ -1,6 +1,7 @@
 """The per-request flow of a proxied OpenAI call.
 
-auth → body limit (413) → model resolution (400/404, aliases, parked) → rate limit (429) → per-model
+auth → body limit (413) → model resolution (400/404, aliases, parked; a ``background`` workload-class request
+for a model that is not Ready → 503 without activating it) → rate limit (429) → per-model
 concurrency → ``Activator.acquire`` (queue/cold start/swap; loading comments on streams) → body rewrite to
 the served model name → forward and relay → ``Grant.release`` exactly once. Every failure becomes an
 OpenAI error via ``Reply.fail``. Metrics and the request span are closed in one ``finally``. Built by
@@ -21,11 +22,18 @@ from flexinfer.proxy.admission import Admission
 from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
-from flexinfer.proxy.errors import InternalError, ModelParkedError, metric_status
+from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, ModelParkedError, metric_status
 from flexinfer.proxy.forwarding import Forwarder, upstream_headers
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
 from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
-from flexinfer.proxy.routing import MODEL_HEADER, RoutedRequest, rewrite_body, route
+from flexinfer.proxy.routing import (
+    MODEL_HEADER,
+    WORKLOAD_CLASS_HEADER,
+    RoutedRequest,
+    is_background,
+    rewrite_body,
+    route,
+)
 from flexinfer.proxy.streaming import Reply
 from flexinfer.runtime.ports import Activator, Catalog, ModelView
 
@@ -65,7 +73,9 @@ class ProxyHandler:
         ) if config.rate_limit_enabled else None
         self._concurrency = ConcurrencyLimiter(config.max_concurrency_per_model)
         self._admission = Admission(activator, metrics, config.wait_timeout, config.loading_comment_interval)
-        dropped = {MODEL_HEADER.lower()} | ({"authorization"} if config.auth_enabled else set())
+        dropped = {MODEL_HEADER.lower(), WORKLOAD_CLASS_HEADER.lower()}
+        if config.auth_enabled:
+            dropped.add("authorization")
         self._dropped_headers = frozenset(dropped)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -110,10 +120,14 @@ class ProxyHandler:
         if not self._drain.accepting:
             raise ShuttingDownError("The proxy is shutting down, retry on another instance")
         self.auth.check(request.headers.get("Authorization"))
+        background = is_background(request.headers)
+        trace.set_attribute("flexinfer.workload.background", background)
         body = await self._read_body(request)
         routed = route(request.headers, request.path, request.query_string, body)
         view = self._resolve(routed.model, outcome)
         trace.set_attribute("flexinfer.model", view.name)
+        if background and view.phase != "Ready":
+            raise BackgroundNotReadyError(view.name, view.phase)
         self._rate_limit(view.name)
         async with self._concurrency.slot(view.name, self._config.wait_timeout):
             grant = await self._admission.acquire(view.name, trace, reply if routed.streaming else None)

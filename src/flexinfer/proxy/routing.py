@@ -18,6 +18,8 @@ from flexinfer.core.errors import BadRequestError
 from flexinfer.proxy.form_model import form_boundary, form_field
 
 MODEL_HEADER = "X-Model-ID"
+WORKLOAD_CLASS_HEADER = "X-FlexInfer-Internal-Workload-Class"
+"""``background``: the request may only use an already-Ready model (spec §6.3 step 1); never forwarded."""
 PATH_PREFIX = "/model/"
 
 
@@ -64,6 +66,11 @@ def route(headers: Mapping[str, str], path: str, query: str, body: bytes) -> Rou
         "or /model/<name>/ prefix)",
         code="missing_required_field", param="model",
     )
+
+
+def is_background(headers: Mapping[str, str]) -> bool:
+    """Whether the request declares the ``background`` workload class."""
+    return headers.get(WORKLOAD_CLASS_HEADER, "").strip().lower() == "background"
 
 
 def split_model_prefix(path: str) -> tuple[str, str | None]:

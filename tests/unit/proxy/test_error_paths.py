@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+
+from prometheus_client import CollectorRegistry
 
 from flexinfer.core.errors import ColdStartTimeoutError, ModelFailedError, QueueFullError, ShuttingDownError
+from flexinfer.observability.metrics import ProxyMetrics
 from flexinfer.proxy.config import ProxyConfig
 
 CHAT = "/v1/chat/completions"
@@ -196,3 +200,27 @@ async def test_per_model_concurrency_limit_times_out_with_504(make_proxy, fake):
         await held.read()
     assert status == 504 and other == 200
     _assert_envelope(body, "timeout_error", "timeout")
+
+
+BACKGROUND = {"X-FlexInfer-Internal-Workload-Class": "Background"}
+
+
+async def test_background_request_for_a_model_that_is_not_ready_is_503_and_never_activates(make_proxy):
+    registry = CollectorRegistry()
+    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["beta"]))
+    proxy.catalog.views = [replace(v, phase="Idle") if v.name == "beta" else v for v in proxy.catalog.views]
+    status, _, body = await _post(proxy, json={"model": "beta"}, headers=BACKGROUND)
+    assert status == 503
+    _assert_envelope(body, "service_unavailable_error", "model_not_ready")
+    assert "'beta' is Idle" in body["error"]["message"]
+    assert proxy.activator.timeouts == []
+    labels = {"model": "beta", "status": "background_not_ready"}
+    assert registry.get_sample_value("flexinfer_proxy_requests_total", labels) == 1
+
+
+async def test_background_request_for_a_ready_model_is_served_and_the_class_header_is_not_forwarded(make_proxy, fake):
+    proxy = await make_proxy()
+    status, _, body = await _post(proxy, json={"model": "alpha"}, headers=BACKGROUND)
+    assert status == 200 and body["choices"]
+    assert proxy.activator.acquired == 1
+    assert not any(k.lower() == "x-flexinfer-internal-workload-class" for k in fake.requests[-1].headers)
