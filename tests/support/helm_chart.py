@@ -47,6 +47,7 @@ MANAGER_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
     | _expand("apps", ("deployments",), OWNED)
     | _expand("", ("services",), OWNED)
     | _expand("", ("pods",), READ)
+    | _expand("", ("pods/log",), ("get",))
     | _expand("batch", ("jobs",), ("create",))
     | _expand("", ("events",), ("create",))
     | _expand("apiextensions.k8s.io", ("customresourcedefinitions",), READ)
@@ -65,7 +66,6 @@ MANAGER_FORBIDDEN: tuple[Rule, ...] = (
     ("", "namespaces", "watch"),
     ("", "namespaces", "delete"),
     ("", "namespaces", "create"),
-    ("", "pods/log", "get"),
     ("", "secrets", "get"),
     ("", "secrets", "list"),
     ("", "configmaps", "update"),

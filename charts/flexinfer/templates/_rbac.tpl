@@ -5,8 +5,7 @@ no wildcards. Changing a rule here must go with a change to the RBAC expectation
 
 {{/*
 Manager, cluster-wide (kopf watches every namespace; the chart never passes --namespace). Each rule is a
-call the code makes; docs/operations/rbac.md explains them. Not granted on purpose: pods/log (the loading
-substage comes from container states), namespaces (kopf lists/watches them only for --namespace, never
+call the code makes; docs/operations/rbac.md explains them. Not granted on purpose: namespaces (kopf lists/watches them only for --namespace, never
 cluster-wide), update on Deployments/Services (server-side apply is a PATCH; create covers apply-create),
 get/list/delete on Jobs (the cleanup Job is created, AlreadyExists is success), patch on Events.
 */}}
@@ -32,6 +31,9 @@ get/list/delete on Jobs (the cleanup Job is created, AlreadyExists is success), 
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["create"]

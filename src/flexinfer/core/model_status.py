@@ -66,6 +66,8 @@ class LoadingDetail:
 
     substage: LoadingSubstage
     message: str
+    log_container: str | None = None
+    """Set when only the container's log can say more (it runs, its readiness probe does not pass yet)."""
 
 
 def endpoint(model: Model) -> str:
@@ -99,7 +101,8 @@ def newest_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return max(pods, key=key, default=None)
 
 
-def _short(text: str) -> str:
+def short_message(text: str) -> str:
+    """The first line of ``text``, cut to the status message limit."""
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 1] + "…"
 
@@ -112,19 +115,20 @@ def _container_detail(status: Mapping[str, Any], init: bool) -> LoadingDetail | 
         waiting = state["waiting"] or {}
         reason, message = str(waiting.get("reason") or ""), str(waiting.get("message") or "")
         if "imagepull" in reason.lower():
-            return LoadingDetail("ImagePulling", _short(f"pulling image for {what}: {message or reason}"))
+            return LoadingDetail("ImagePulling", short_message(f"pulling image for {what}: {message or reason}"))
         if reason.lower() in _WAITING_INIT:
-            return LoadingDetail("Initializing", _short(f"{what}: {reason}"))
-        return LoadingDetail("Initializing", _short(f"{what}: {reason} {message}".rstrip()))
+            return LoadingDetail("Initializing", short_message(f"{what}: {reason}"))
+        return LoadingDetail("Initializing", short_message(f"{what}: {reason} {message}".rstrip()))
     if "running" in state and not status.get("ready"):
         if init and name == "flash-loader":
             return LoadingDetail("LoadingWeights", "flash-loader staging weights into tmpfs")
         if init:
-            return LoadingDetail("Initializing", _short(f"{what} running"))
-        return LoadingDetail("Initializing", _short(f"{name} running, readiness probe not passing yet"))
+            return LoadingDetail("Initializing", short_message(f"{what} running"))
+        return LoadingDetail("Initializing", short_message(f"{name} running, readiness probe not passing yet"),
+                             log_container=name)
     if "terminated" in state and not init:
         reason = str((state["terminated"] or {}).get("reason") or "terminated")
-        return LoadingDetail("Initializing", _short(f"{name} terminated: {reason}"))
+        return LoadingDetail("Initializing", short_message(f"{name} terminated: {reason}"))
     return None
 
 
@@ -140,7 +144,7 @@ def loading_detail(pod: Mapping[str, Any] | None) -> LoadingDetail | None:
                 return detail
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return LoadingDetail("Initializing", _short(f"pod not scheduled: {condition.get('message') or ''}"))
+            return LoadingDetail("Initializing", short_message(f"pod not scheduled: {condition.get('message') or ''}"))
     return None
 
 
@@ -197,7 +201,7 @@ def failed_status(old: ModelStatus, generation: int | None, message: str, now: d
     conditions = phases.set_condition(conditions, phases.COND_READY, "False", REASON_VALIDATION_FAILED,
                                       message=message, now=now, observed_generation=generation)
     return old.model_copy(update={
-        "phase": "Failed", "conditions": conditions, "loading_substage": None, "message": _short(message),
+        "phase": "Failed", "conditions": conditions, "loading_substage": None, "message": short_message(message),
         "loading_progress_at": None, "activation": None, "observed_generation": generation,
     })
 

@@ -51,6 +51,8 @@ class ManagerPolicy:
     election: ElectionPolicy = field(default_factory=ElectionPolicy)
     drain_timeout: float = 60.0
     busy_ttl: float = 30.0
+    log_poll_interval: float = 10.0
+    """While a model server runs but is not ready, its log is re-read this often (loading substage)."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
   only the fields FlexInfer renders are owned (replicas included) and an unchanged apply is a no-op;
 - ``patch_model_status``: merge patch on ``models/status``;
 - ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
-- Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``).
+- Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
+- ``pod_log_tail``: the newest lines of a loading model server's log (``pods/log``), empty when unreadable.
 
 Used by ``flexinfer.kube.reconciler``, ``flexinfer.kube.cleanup`` and ``flexinfer.kube.leader``.
 """
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
@@ -117,6 +120,17 @@ class KubeApi:
     async def replace_lease(self, body: Body) -> Body:
         """Replace a Lease; raises ``ApiError`` 409 when ``metadata.resourceVersion`` is stale."""
         return _plain(await self.client.replace(cast(Lease, Lease.from_dict(body))))
+
+    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int) -> Sequence[str]:
+        """The newest ``lines`` lines of ``container``'s log; empty when the log cannot be read (pod not on a
+        node yet, kubelet unreachable, no ``pods/log`` permission): the substage then stays as the container
+        state says."""
+        try:
+            return [line async for line in self.client.log(pod, namespace=namespace, container=container,
+                                                            tail_lines=lines, newlines=False)]
+        except (ApiError, httpx2.HTTPError, OSError) as error:
+            log.debug("cannot read the log of %s/%s (%s): %s", namespace, pod, container, error)
+            return []
 
     async def close(self) -> None:
         await self.client.close()

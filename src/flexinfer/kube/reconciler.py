@@ -6,8 +6,10 @@ elect the group's active member (``flexinfer.core.election``, GPULeases honoured
 replicas (``flexinfer.core.model_status_plan``), write a preemption first (Preempted status, Normal
 event ``Preempted``, preemptions counter) and re-check in-flight reports on the written object, apply the
 rendered Deployment + Service (``flexinfer.kube.applier``), derive the status from the applied Deployment
-and the newest pod and write it only when it changed; observe lifecycle metrics on transitions; finally
-arm a timer for the next time-driven change. Called by the reconcile queue (``flexinfer.kube.manager``).
+and the newest pod (while its server runs but is not ready, refined from its log tail:
+``flexinfer.core.loading_logs``) and write it only when it changed; observe lifecycle metrics on
+transitions; finally arm a timer for the next time-driven change (and the next log read while a server
+loads). Called by the reconcile queue (``flexinfer.kube.manager``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
@@ -29,9 +31,11 @@ from flexinfer.core.election import (
     elect,
     parse_waiting_since,
 )
+from flexinfer.core.loading_logs import LOG_TAIL_LINES, refine_from_log
 from flexinfer.core.manifests import render_model
 from flexinfer.core.model_status import (
     DeploymentFacts,
+    LoadingDetail,
     build_status,
     failed_status,
     loading_detail,
@@ -100,11 +104,15 @@ class Reconciler:
                 await self._invalid(item.body, item.error, now)
         models = [p.model for p in parsed if p.model is not None]
         steps = self._plan(unit, models, now)
+        reading_logs = False
         for step in steps:
-            await self._member(step, now)
+            reading_logs |= await self._member(step, now)
         current = [p.model for p in self._store.unit_models(unit) if p.model is not None and not _deleting(p.body)]
         leases = self._store.leases(unit.namespace) if unit.group else []
         wake = next_wakeup(current, leases, now, self._policy)
+        if reading_logs:
+            next_read = now + timedelta(seconds=self._policy.log_poll_interval)
+            wake = next_read if wake is None else min(wake, next_read)
         if wake is not None:
             self._wake(unit, wake)
 
@@ -162,20 +170,21 @@ class Reconciler:
 
     # ---------------------------------------------------------------- one member (I/O)
 
-    async def _member(self, step: Step, now: datetime) -> None:
+    async def _member(self, step: Step, now: datetime) -> bool:
+        """Apply and write one member; True while its loading substage comes from its server's log."""
         model = step.inputs.model
         async with self._scope("model", model.namespace, model.name):
             try:
                 rendered = self._render(model, step.plan)
             except FlexInferError as error:
                 await self._invalid(self._store_body(model), error, now)
-                return
+                return False
             if step.plan.preempt_now:
                 step, model = await self._preempt(step, now)
                 rendered = self._render(model, step.plan)
             deployment = await self.applier.apply(rendered[0])
             await self.applier.apply(rendered[1])
-            await self._write_status(step, model, DeploymentFacts.from_body(deployment), now)
+            return await self._write_status(step, model, DeploymentFacts.from_body(deployment), now)
 
     def _render(self, model: Model, plan: MemberPlan) -> list[Body]:
         caches = self._store.caches(model.namespace)
@@ -202,14 +211,29 @@ class Reconciler:
         inputs = replace(step.inputs, model=updated, busy=bool(busy))
         return Step(inputs, plan_member(inputs, ReplicaContext(now=now), self._policy)), updated
 
-    async def _write_status(self, step: Step, model: Model, applied: DeploymentFacts | None, now: datetime) -> None:
+    async def _write_status(self, step: Step, model: Model, applied: DeploymentFacts | None, now: datetime) -> bool:
         pod = newest_pod(self._store.pods(model.namespace, model.name))
-        finished = finish_member(replace(step.inputs, model=model), step.plan, applied, loading_detail(pod), now)
+        inputs, detail = replace(step.inputs, model=model), loading_detail(pod)
+        finished = finish_member(inputs, step.plan, applied, detail, now)
+        reading_log = finished.phase == "Loading" and detail is not None and detail.log_container is not None
+        if reading_log and pod is not None and detail is not None:
+            detail = await self._from_log(model, pod, detail)
+            finished = finish_member(inputs, step.plan, applied, detail, now)
         status = build_status(model, finished.inputs)
         patch = status_patch(model.status, status)
         if patch:
             await self._patch(model, patch)
         self.lifecycle.observe(model, status, now)
+        return reading_log
+
+    async def _from_log(self, model: Model, pod: Mapping[str, Any], detail: LoadingDetail) -> LoadingDetail:
+        """``detail`` refined by the newest lines of the running-but-unready container's log."""
+        pod_name = str((pod.get("metadata") or {}).get("name") or "")
+        if not pod_name or detail.log_container is None:
+            return detail
+        lines = await self._api.pod_log_tail(model.namespace, pod_name, detail.log_container, LOG_TAIL_LINES)
+        refined = refine_from_log(lines)
+        return detail if refined is None else replace(refined, log_container=detail.log_container)
 
     async def _patch(self, model: Model, patch: Body) -> Body:
         body = await self._api.patch_model_status(model.namespace, model.name, patch)

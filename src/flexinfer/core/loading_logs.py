@@ -1,0 +1,68 @@
+"""Refining the loading substage from a model server's recent output (spec §3.8).
+
+While the primary container runs but its readiness probe does not pass yet, its container state only says
+"running". The last lines of its log say more; the newest line that matches one of these markers decides:
+
+- ``Uvicorn running on`` / ``Application startup complete`` (vLLM, llama-cpp-python) or llama.cpp's
+  ``server is listening on`` → ``HealthCheckPending``;
+- ``Capturing CUDA graph`` / ``Capturing HIP graph`` / ``torch.compile`` → ``Compiling``;
+- ``Loading safetensors checkpoint shards: … 2/4 [… 1.50it/s]`` (vLLM) → ``LoadingWeights`` with
+  ``loading weights (2/4 shards, 1.50it/s)``; llama.cpp's ``load_tensors:`` lines → ``LoadingWeights``.
+
+Pure; the manager (``flexinfer.kube.reconciler``) fetches the lines and writes the result. A changed
+substage or message moves ``status.loadingProgressAt``, which feeds the proxy's stalled-load detector.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from flexinfer.core.model_status import LoadingDetail, short_message
+
+LOG_TAIL_LINES: Final = 200
+"""How many of the newest log lines the manager reads."""
+
+_HEALTH_MARKERS: Final = ("uvicorn running on", "application startup complete", "server is listening on")
+_COMPILE_MARKERS: Final = ("capturing cuda graph", "capturing hip graph", "capturing cudagraph", "torch.compile")
+_SHARDS: Final = "loading safetensors checkpoint shards"
+_LLAMACPP_TENSORS: Final = "load_tensors:"
+_SHARD_PROGRESS: Final = re.compile(r"(\d+)/(\d+)\s*\[[^\]]*?([\d.]+\s*(?:it/s|s/it))?\s*\]")
+_ANSI: Final = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def refine_from_log(lines: Sequence[str]) -> LoadingDetail | None:
+    """The substage the newest matching line shows; ``None`` when no line matches."""
+    for raw in reversed(lines):
+        line = _last_segment(raw)
+        detail = _classify(line)
+        if detail is not None:
+            return detail
+    return None
+
+
+def _last_segment(raw: str) -> str:
+    """Progress bars redraw with carriage returns: keep the last drawn state, without colour codes."""
+    return _ANSI.sub("", raw.rstrip("\r\n").rsplit("\r", 1)[-1]).strip()
+
+
+def _classify(line: str) -> LoadingDetail | None:
+    lower = line.lower()
+    if any(marker in lower for marker in _HEALTH_MARKERS):
+        return LoadingDetail("HealthCheckPending", short_message(f"server up, health check pending: {line}"))
+    if any(marker in lower for marker in _COMPILE_MARKERS):
+        return LoadingDetail("Compiling", short_message(f"compiling: {line}"))
+    if _SHARDS in lower:
+        return LoadingDetail("LoadingWeights", _shard_message(line))
+    if _LLAMACPP_TENSORS in lower:
+        return LoadingDetail("LoadingWeights", short_message(f"loading weights: {line}"))
+    return None
+
+
+def _shard_message(line: str) -> str:
+    match = _SHARD_PROGRESS.search(line)
+    if match is None:
+        return "loading weights"
+    current, total, rate = match.groups()
+    return f"loading weights ({current}/{total} shards" + (f", {rate.replace(' ', '')})" if rate else ")")
