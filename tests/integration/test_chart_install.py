@@ -118,42 +118,52 @@ def test_proxy_can_do_what_it_needs_and_no_more(testbed: KubeTestbed, installed:
     assert [rule for rule, ok in refused.items() if ok] == []
 
 
-def test_upgrade_applies_flash_loader_tracing_and_pdb(testbed: KubeTestbed, installed: Helm) -> None:
-    installed.run(
-        "upgrade", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE, "--reuse-values",
+LIFECYCLE = "flexinfer-lifecycle"
+"""A second release (own namespace, own object names) for upgrade → rollback → uninstall, so the read-only
+checks above never depend on the order tests run in."""
+
+
+def test_upgrade_then_rollback_then_uninstall(testbed: KubeTestbed, tmp_path_factory: pytest.TempPathFactory) -> None:
+    assert testbed.kubeconfig is not None
+    helm = pinned_helm(Path(tmp_path_factory.mktemp("helm-lifecycle"))).with_kubeconfig(testbed.kubeconfig)
+    ns = ("--namespace", LIFECYCLE)
+
+    def env_of(component: str) -> dict[str, str]:
+        body = testbed.kubectl_json("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-{component}")
+        return env_map(container(body, component))
+
+    def absent(*args: str) -> bool:
+        found = testbed.kubectl(*args, check=False)
+        return found.returncode != 0 and "NotFound" in found.stderr
+
+    helm.run("install", LIFECYCLE, str(CHART_DIR), *ns, "--create-namespace", timeout=300)
+    helm.run(
+        "upgrade", LIFECYCLE, str(CHART_DIR), *ns, "--reuse-values",
         "--set", "controller.runtime.flashLoader.enabled=true",
         "--set", "observability.tracing.enabled=true",
         "--set", "observability.tracing.otlpEndpoint=http://otel-collector.observability:4318",
         "--set", "proxy.replicas=2",
         timeout=300,
     )  # fmt: skip
-    assert "REVISION: 2" in installed.run("status", RELEASE, "--namespace", NAMESPACE).stdout
-    manager = env_map(container(deployment(testbed, "flexinfer-manager"), "manager"))
-    proxy = env_map(container(deployment(testbed, "flexinfer-proxy"), "proxy"))
+    assert "REVISION: 2" in helm.run("status", LIFECYCLE, *ns).stdout
+    manager, proxy = env_of("manager"), env_of("proxy")
     assert manager["DEFAULT_FLASH_LOADER_ENABLED"] == "true"
     for env in (manager, proxy):
         assert env["FLEXINFER_OTEL_ENABLED"] == "true"
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
-    pdb = testbed.kubectl_json("-n", NAMESPACE, "get", "poddisruptionbudget", "flexinfer-proxy")
+    pdb = testbed.kubectl_json("-n", LIFECYCLE, "get", "poddisruptionbudget", f"{LIFECYCLE}-proxy")
     assert pdb["spec"]["minAvailable"] == 1
 
-
-def test_rollback_restores_the_previous_env(testbed: KubeTestbed, installed: Helm) -> None:
-    installed.run("rollback", RELEASE, "1", "--namespace", NAMESPACE, timeout=300)
-    manager = env_map(container(deployment(testbed, "flexinfer-manager"), "manager"))
+    helm.run("rollback", LIFECYCLE, "1", *ns, timeout=300)
+    manager = env_of("manager")
     assert manager["DEFAULT_FLASH_LOADER_ENABLED"] == "false"
     assert "FLEXINFER_OTEL_ENABLED" not in manager
-    gone = testbed.kubectl("-n", NAMESPACE, "get", "poddisruptionbudget", "flexinfer-proxy", check=False)
-    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    assert absent("-n", LIFECYCLE, "get", "poddisruptionbudget", f"{LIFECYCLE}-proxy")
 
-
-def test_uninstall_removes_the_release_and_keeps_crds(testbed: KubeTestbed, installed: Helm) -> None:
-    installed.run("uninstall", RELEASE, "--namespace", NAMESPACE, timeout=300)
-    for kind, name in (("deployment", "flexinfer-manager"), ("deployment", "flexinfer-proxy")):
-        gone = testbed.kubectl("-n", NAMESPACE, "get", kind, name, check=False)
-        assert gone.returncode != 0 and "NotFound" in gone.stderr
-    gone = testbed.kubectl("get", "clusterrole", "flexinfer-manager", check=False)
-    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    helm.run("uninstall", LIFECYCLE, *ns, timeout=300)
+    assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-manager")
+    assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-proxy")
+    assert absent("get", "clusterrole", f"{LIFECYCLE}-manager")
     # helm never deletes CRDs from crds/ (that would delete every Model): they stay.
     testbed.kubectl("get", "crd", "models.ai.flexinfer")
-    assert RELEASE not in installed.run("list", "--namespace", NAMESPACE, "-q").stdout.split()
+    assert LIFECYCLE not in helm.run("list", *ns, "-q").stdout.split()
