@@ -12,12 +12,9 @@ SIGTERM. On: ``serve``/``proxy`` export a ``proxy.handle_request`` span for a re
 from __future__ import annotations
 
 import os
-import re
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from support.cli_process import CliProcess
 from support.kube_testbed import KubeTestbed
 from support.local_serve import TESTS_DIR, model_manifest, write_manifests
 from support.manager_harness import kube_testbed
@@ -44,7 +42,6 @@ OFF = {
     "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
     "OTEL_TRACES_SAMPLER": "no-such-sampler",
 }
-LISTENING = re.compile(r"listening on (http://\S+)")
 TIMEOUT = 60.0
 
 
@@ -66,72 +63,12 @@ def tracing_on(receiver: OTLPReceiver) -> dict[str, str]:
             "OTEL_BSP_SCHEDULE_DELAY": "100", "FLEXINFER_OTEL_SERVICE_NAMESPACE": "startup"}
 
 
-class Command:
-    """``flexinfer <args>`` as a child process; its combined output is kept in ``output``."""
-
-    def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "flexinfer.cli.main", *args], env=dict(env),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.output: list[str] = []
-        self.url = ""
-        self._listening = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            match = LISTENING.search(line)
-            if match and not self.url:
-                self.url = match.group(1)
-                self._listening.set()
-
-    @property
-    def log(self) -> str:
-        return "".join(self.output)
-
-    def listening(self) -> str:
-        """The URL the command announced (deadline-bounded)."""
-        deadline = time.monotonic() + TIMEOUT
-        while not self._listening.wait(0.05):
-            assert self.proc.poll() is None, f"exited {self.proc.returncode} before listening:\n{self.log}"
-            assert time.monotonic() < deadline, f"never announced a URL:\n{self.log}"
-        return self.url
-
-    def healthy(self, url: str) -> None:
-        """Poll ``url`` (``/healthz``) until it answers 200, failing at once if the process exits."""
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            assert self.proc.poll() is None, f"exited {self.proc.returncode} during start-up:\n{self.log}"
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.monotonic() < deadline, f"{url} never answered 200:\n{self.log}"
-            time.sleep(0.05)
-
-    def terminate(self) -> int:
-        """SIGTERM and wait for the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(TIMEOUT)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._reader.join(5)
-
-
 @pytest.fixture
-def commands() -> Iterator[list[Command]]:
-    started: list[Command] = []
+def commands() -> Iterator[list[CliProcess]]:
+    started: list[CliProcess] = []
     yield started
     for command in started:
-        command.terminate()
+        command.stop()
 
 
 @pytest.fixture
@@ -171,39 +108,39 @@ def wait_for_span(receiver: OTLPReceiver, name: str, **attributes: Any) -> Recei
 # ---------------------------------------------------------------- flexinfer serve
 
 
-def start_serve(tmp_path: Path, env: Mapping[str, str], commands: list[Command]) -> Command:
+def start_serve(tmp_path: Path, env: Mapping[str, str], commands: list[CliProcess]) -> CliProcess:
     weights = tmp_path / "weights.bin"
     weights.write_bytes(b"w")
     manifests = write_manifests(tmp_path / "models" / "m.yaml", [model_manifest("tiny", weights)])
-    command = Command(["serve", "-f", str(manifests.parent), "--host", "127.0.0.1", "--port", str(free_port())],
+    command = CliProcess(["serve", "-f", str(manifests.parent), "--host", "127.0.0.1", "--port", str(free_port())],
                       child_env(env, FLEXINFER_STATE_DIR=str(tmp_path / "state")))
     commands.append(command)
     command.healthy(command.listening() + "/healthz")
     return command
 
 
-def test_serve_starts_with_tracing_off_and_garbage_otel_env(tmp_path: Path, commands: list[Command]) -> None:
+def test_serve_starts_with_tracing_off_and_garbage_otel_env(tmp_path: Path, commands: list[CliProcess]) -> None:
     serve = start_serve(tmp_path, OFF, commands)
     assert post_unknown_model(serve.url) == 404
-    assert serve.terminate() == 0, serve.log
+    assert serve.stop() == 0, serve.log
     assert "Traceback" not in serve.log, serve.log
 
 
-def test_serve_starts_with_tracing_on_and_exports(tmp_path: Path, commands: list[Command],
+def test_serve_starts_with_tracing_on_and_exports(tmp_path: Path, commands: list[CliProcess],
                                                   receiver: OTLPReceiver) -> None:
     serve = start_serve(tmp_path, tracing_on(receiver), commands)
     assert post_unknown_model(serve.url) == 404
     span = wait_for_span(receiver, "proxy.handle_request", **{"http.response.status_code": 404})
     assert (span.resource["service.name"], span.resource["service.namespace"]) == ("flexinfer", "startup")
-    assert serve.terminate() == 0, serve.log
+    assert serve.stop() == 0, serve.log
 
 
 # ---------------------------------------------------------------- flexinfer proxy (against the testbed)
 
 
-def start_proxy(testbed: KubeTestbed, namespace: str, env: Mapping[str, str], commands: list[Command]) -> Command:
+def start_proxy(testbed: KubeTestbed, namespace: str, env: Mapping[str, str], commands: list[CliProcess]) -> CliProcess:
     assert testbed.kubeconfig is not None
-    command = Command(["proxy", "--host", "127.0.0.1", "--port", str(free_port()),
+    command = CliProcess(["proxy", "--host", "127.0.0.1", "--port", str(free_port()),
                        "--kubeconfig", str(testbed.kubeconfig)],
                       child_env(env, POD_NAMESPACE=namespace, PROXY_SHUTDOWN_DRAIN_DELAY="0s"))
     commands.append(command)
@@ -212,29 +149,30 @@ def start_proxy(testbed: KubeTestbed, namespace: str, env: Mapping[str, str], co
 
 
 def test_proxy_starts_with_tracing_off_and_garbage_otel_env(kube_testbed: KubeTestbed, namespace: str,
-                                                            commands: list[Command]) -> None:
+                                                            commands: list[CliProcess]) -> None:
     proxy = start_proxy(kube_testbed, namespace, OFF, commands)
     assert post_unknown_model(proxy.url) == 404
-    assert proxy.terminate() == 0, proxy.log
+    assert proxy.stop() == 0, proxy.log
     assert "Traceback" not in proxy.log, proxy.log
 
 
 def test_proxy_starts_with_tracing_on_and_exports(kube_testbed: KubeTestbed, namespace: str,
-                                                  commands: list[Command], receiver: OTLPReceiver) -> None:
+                                                  commands: list[CliProcess], receiver: OTLPReceiver) -> None:
     proxy = start_proxy(kube_testbed, namespace, tracing_on(receiver), commands)
     assert post_unknown_model(proxy.url) == 404
     span = wait_for_span(receiver, "proxy.handle_request", **{"http.response.status_code": 404})
     assert (span.resource["service.name"], span.resource["service.namespace"]) == ("flexinfer-proxy", "startup")
-    assert proxy.terminate() == 0, proxy.log
+    assert proxy.stop() == 0, proxy.log
 
 
 # ---------------------------------------------------------------- flexinfer manager (against the testbed)
 
 
-def start_manager(testbed: KubeTestbed, namespace: str, env: Mapping[str, str], commands: list[Command]) -> Command:
+def start_manager(testbed: KubeTestbed, namespace: str, env: Mapping[str, str],
+                  commands: list[CliProcess]) -> CliProcess:
     assert testbed.kubeconfig is not None
     health = free_port()
-    command = Command(["manager", "--kubeconfig", str(testbed.kubeconfig), "--namespace", namespace,
+    command = CliProcess(["manager", "--kubeconfig", str(testbed.kubeconfig), "--namespace", namespace,
                        "--no-leader-elect", "--health-probe-bind-address", f"127.0.0.1:{health}",
                        "--metrics-bind-address", f"127.0.0.1:{free_port()}"],
                       child_env(env, POD_NAMESPACE=namespace))
@@ -244,14 +182,14 @@ def start_manager(testbed: KubeTestbed, namespace: str, env: Mapping[str, str], 
 
 
 def test_manager_starts_with_tracing_off_and_garbage_otel_env(kube_testbed: KubeTestbed, namespace: str,
-                                                              commands: list[Command]) -> None:
+                                                              commands: list[CliProcess]) -> None:
     manager = start_manager(kube_testbed, namespace, OFF, commands)
-    assert manager.terminate() == 0, manager.log
+    assert manager.stop() == 0, manager.log
     assert "Traceback" not in manager.log, manager.log
 
 
 def test_manager_starts_with_tracing_on_and_exports_reconcile_spans(
-    kube_testbed: KubeTestbed, namespace: str, commands: list[Command], receiver: OTLPReceiver,
+    kube_testbed: KubeTestbed, namespace: str, commands: list[CliProcess], receiver: OTLPReceiver,
 ) -> None:
     manager = start_manager(kube_testbed, namespace, tracing_on(receiver), commands)
     model = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
@@ -261,13 +199,13 @@ def test_manager_starts_with_tracing_on_and_exports_reconcile_spans(
     span = wait_for_span(receiver, "model.reconcile", **{"k8s.name": "traced", "k8s.namespace": namespace})
     assert span.attributes["controller"] == "model"
     assert (span.resource["service.name"], span.resource["service.namespace"]) == ("flexinfer-manager", "startup")
-    assert manager.terminate() == 0, manager.log
+    assert manager.stop() == 0, manager.log
 
 
 # ---------------------------------------------------------------- flexinfer flash-load
 
 
-def test_flash_load_runs_with_tracing_off_and_garbage_otel_env(tmp_path: Path, commands: list[Command]) -> None:
+def test_flash_load_runs_with_tracing_off_and_garbage_otel_env(tmp_path: Path, commands: list[CliProcess]) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
     (src / "sub").mkdir(parents=True)
     (src / "model.gguf").write_bytes(os.urandom(64 << 10))

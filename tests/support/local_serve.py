@@ -1,6 +1,6 @@
 """Run ``flexinfer serve`` as a real child process for integration tests and benchmarks.
 
-``ServeProcess.start(manifest_dir, env)`` launches ``python -m flexinfer.cli.main serve -f DIR --port 0``,
+``ServeProcess.start(manifest_dir, env)`` launches ``flexinfer serve -f DIR --port 0`` (a ``CliProcess``),
 waits for its ``listening on URL`` line and returns the handle; ``stop()`` sends SIGTERM and waits. Also:
 Model manifest writing and Prometheus text helpers (histogram sample counts).
 """
@@ -8,11 +8,7 @@ Model manifest writing and Prometheus text helpers (histogram sample counts).
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,8 +16,9 @@ from typing import Any
 
 import yaml
 
+from support.cli_process import CliProcess
+
 TESTS_DIR = Path(__file__).resolve().parents[1]
-LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def model_manifest(name: str, source: Path, group: str | None = None, config: dict[str, Any] | None = None,
@@ -55,49 +52,18 @@ def serve_env(state_dir: Path, **overrides: str) -> dict[str, str]:
     return env
 
 
-class ServeProcess:
-    """A running ``flexinfer serve`` child; its combined output is collected in ``output``."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.output: list[str] = []
-        self.url = ""
-        self._listening = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+class ServeProcess(CliProcess):
+    """A running ``flexinfer serve`` child."""
 
     @classmethod
     def start(cls, manifests: Path, env: Mapping[str, str], timeout: float = 60.0) -> ServeProcess:
-        command = [sys.executable, "-m", "flexinfer.cli.main", "serve", "-f", str(manifests), "--port", "0"]
-        proc = subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        serve = cls(proc)
-        deadline = time.monotonic() + timeout
-        while not serve._listening.wait(0.05):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                serve.stop()
-                raise RuntimeError("flexinfer serve did not start:\n" + "".join(serve.output))
-        return serve
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            match = LISTENING.search(line)
-            if match and not self.url:
-                self.url = match.group(1)
-                self._listening.set()
-
-    def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM and wait; returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        serve = cls(["serve", "-f", str(manifests), "--port", "0"], env)
         try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-        self._reader.join(5)
-        return code
+            serve.listening(timeout)
+        except AssertionError:
+            serve.stop()
+            raise
+        return serve
 
 
 def histogram_count(metrics_text: str, name: str, **labels: str) -> float:
