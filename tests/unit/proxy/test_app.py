@@ -93,15 +93,21 @@ async def test_metric_calls_use_bounded_model_labels(make_proxy):
     assert ("connection_opened", "alpha") in metrics.calls and ("connection_closed", "alpha") in metrics.calls
 
 
-async def test_wait_metrics_recorded_for_waiting_requests(make_proxy):
-    metrics = RecordingMetrics()
-    proxy = await make_proxy(metrics=metrics)
-    gate = proxy.activator.gates["alpha"] = asyncio.Event()
-    task = asyncio.ensure_future(proxy.session.post(proxy.url + CHAT, json={"model": "alpha"}))
+async def chat_after_activation(proxy, model: str) -> int:
+    """A chat request that must wait for ``model``'s activation (held until the request waits); its status."""
+    gate = proxy.activator.gates[model] = asyncio.Event()
+    task = asyncio.ensure_future(proxy.session.post(proxy.url + CHAT, json={"model": model}))
     await asyncio.wait_for(proxy.activator.waiting.wait(), 5)
     gate.set()
     async with await task as response:
-        assert response.status == 200
+        await response.read()
+        return response.status
+
+
+async def test_wait_metrics_recorded_for_waiting_requests(make_proxy):
+    metrics = RecordingMetrics()
+    proxy = await make_proxy(metrics=metrics)
+    assert await chat_after_activation(proxy, "alpha") == 200
     names = [call[0] for call in metrics.calls]
     assert names.index("wait_started") < names.index("wait_finished") < names.index("connection_opened")
     waited = next(call for call in metrics.calls if call[0] == "wait_finished")
@@ -139,12 +145,7 @@ class RecordingTracer:
 async def test_trace_spans_and_upstream_header_injection(make_proxy, fake):
     tracer = RecordingTracer()
     proxy = await make_proxy(tracer=tracer)
-    gate = proxy.activator.gates["alpha"] = asyncio.Event()
-    task = asyncio.ensure_future(proxy.session.post(proxy.url + CHAT, json={"model": "alpha"}))
-    await asyncio.wait_for(proxy.activator.waiting.wait(), 5)
-    gate.set()
-    async with await task as response:
-        assert response.status == 200
+    assert await chat_after_activation(proxy, "alpha") == 200
     names = [span.name for span in tracer.spans]
     assert names == ["proxy.handle_request", "proxy.cold_start", "upstream"]
     request_span, cold, upstream = tracer.spans
