@@ -38,6 +38,9 @@ from flexinfer.proxy.streaming import Reply
 from flexinfer.runtime.ports import Activator, Catalog, ModelView
 
 log = logging.getLogger(__name__)
+ROUTE_IN_THREAD_BYTES = 1 << 20
+"""Bodies at least this large are parsed for the model name off the event loop (a 25 MB audio form or a
+long JSON prompt would otherwise stall every other request for tens of milliseconds)."""
 
 
 def route_template(request: web.Request) -> str:
@@ -123,7 +126,8 @@ class ProxyHandler:
         background = is_background(request.headers)
         trace.set_attribute("flexinfer.workload.background", background)
         body = await self._read_body(request)
-        routed = route(request.headers, request.path, request.query_string, body)
+        args = (request.headers, request.path, request.query_string, body)
+        routed = await asyncio.to_thread(route, *args) if len(body) >= ROUTE_IN_THREAD_BYTES else route(*args)
         view = self._resolve(routed.model, outcome)
         trace.set_attribute("flexinfer.model", view.name)
         if background and view.phase != "Ready":
