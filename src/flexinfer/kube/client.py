@@ -12,6 +12,7 @@ Used by ``flexinfer.kube.reconciler``, ``flexinfer.kube.cleanup`` and ``flexinfe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import Sequence
@@ -121,14 +122,16 @@ class KubeApi:
         """Replace a Lease; raises ``ApiError`` 409 when ``metadata.resourceVersion`` is stale."""
         return _plain(await self.client.replace(cast(Lease, Lease.from_dict(body))))
 
-    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int) -> Sequence[str]:
-        """The newest ``lines`` lines of ``container``'s log; empty when the log cannot be read (pod not on a
-        node yet, kubelet unreachable, no ``pods/log`` permission): the substage then stays as the container
-        state says."""
+    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int,
+                           timeout: float = 3.0) -> Sequence[str]:
+        """The newest ``lines`` lines of ``container``'s log; empty when the log cannot be read within
+        ``timeout`` (pod not on a node yet, kubelet slow or unreachable, no ``pods/log`` permission): the
+        substage then stays as the container state says, and the reconcile is never held up for long."""
         try:
-            return [line async for line in self.client.log(pod, namespace=namespace, container=container,
-                                                            tail_lines=lines, newlines=False)]
-        except (ApiError, httpx2.HTTPError, OSError) as error:
+            async with asyncio.timeout(timeout):
+                return [line async for line in self.client.log(pod, namespace=namespace, container=container,
+                                                                tail_lines=lines, newlines=False)]
+        except (ApiError, httpx2.HTTPError, OSError, TimeoutError) as error:
             log.debug("cannot read the log of %s/%s (%s): %s", namespace, pod, container, error)
             return []
 
