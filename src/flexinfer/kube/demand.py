@@ -8,7 +8,9 @@ reacts to that watch event (scale up, shared-group election) and reports ``statu
   flight; retriable failures retried); ``keep_alive`` patches in the background at most once per
   ``throttle`` (60 s) per model, skipped while the cached ``lastActiveTime`` is younger than that.
 - ``KubeEngine``: the ``Engine`` port for the proxy's dispatcher. ``start`` = signal demand, then wait on
-  the watch cache until Ready with an endpoint (Failed → ``EngineError`` with ``status.message``; a load
+  the watch cache until Ready with an endpoint, reporting each new loading stage the manager writes
+  (``loadingSubstage`` → ``server_start``/``staging``/``health``, so the proxy's activation trace and stage
+  metrics show where the time went) (Failed → ``EngineError`` with ``status.message``; a load
   stalled in LoadingWeights for 120 s, a model held behind a warm primary (``preemptedBy: primary/…``) and
   the model's cold-start budget → ``EngineError``).
   ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.endpoint`` or, only with the
@@ -26,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
+from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE
 from flexinfer.core.replicas import cold_start_timeout_seconds
 from flexinfer.kube.model_api import KubeApiError, ModelApi
 from flexinfer.kube.model_watch import ModelStore
@@ -146,6 +149,13 @@ def failure_message(model: Model) -> str:
     return failed.message if failed is not None else "phase Failed"
 
 
+def _loading_stage(model: Model | None) -> str | None:
+    """The activation stage the manager's ``loadingSubstage`` shows while Loading (``None`` otherwise)."""
+    if model is None or model.status.phase != "Loading" or model.status.loading_substage is None:
+        return None
+    return STAGE_OF_SUBSTAGE.get(model.status.loading_substage)
+
+
 def stall_deadline(model: Model | None) -> datetime | None:
     """When the current load counts as stalled (Loading/LoadingWeights only), else ``None``."""
     if model is None or model.status.phase != "Loading" or model.status.loading_substage != "LoadingWeights":
@@ -168,7 +178,7 @@ class KubeEngine:
         await self._demand.signal(model)
         try:
             async with asyncio.timeout(budget):
-                return await self._await_ready(model.key)
+                return await self._await_ready(model.key, report)
         except TimeoutError:
             raise EngineError(f"model {model.key} was not Ready within {budget:.0f}s") from None
 
@@ -176,13 +186,22 @@ class KubeEngine:
         """Nothing to do: the manager scales models down (idle timeout, shared-group election)."""
         return None
 
-    async def _await_ready(self, key: str) -> Endpoint:
+    async def _await_ready(self, key: str, report: StageReporter) -> Endpoint:
+        stages: list[str] = []
+
+        def progress(model: Model | None) -> Endpoint | None:
+            stage = _loading_stage(model)
+            if stage is not None and stage not in stages[-1:]:
+                stages.append(stage)
+                report(stage)
+            return self._readiness(model)
+
         while True:
             deadline = stall_deadline(self._store.get(key))
             wait = None if deadline is None else max((deadline - self._now()).total_seconds(), 0.0) + 0.01
             try:
                 async with asyncio.timeout(wait):
-                    return await self._store.wait_until(key, self._readiness)
+                    return await self._store.wait_until(key, progress)
             except TimeoutError:
                 if wait is None:
                     raise

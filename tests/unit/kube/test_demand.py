@@ -229,3 +229,19 @@ async def test_stop_does_nothing() -> None:
     async with cluster(model_body("m", phase="Ready")) as c:
         await c.engine().stop(c.model())
         assert c.api.patches == []
+
+
+async def test_each_new_loading_stage_the_manager_writes_is_reported_once() -> None:
+    async with cluster(model_body("m", phase="Idle")) as c:
+        reported: list[str] = []
+        start = asyncio.create_task(c.engine().start(c.model(), reported.append))
+        await c.seen(lambda _: len(c.api.patches) == 1)
+        for substage, message in (("ImagePulling", "pulling"), ("Initializing", "model running"),
+                                  ("LoadingWeights", "loading weights (1/4 shards)"),
+                                  ("LoadingWeights", "loading weights (2/4 shards)"),
+                                  ("HealthCheckPending", "server up")):
+            await c.api.set_status("m", {"phase": "Loading", "loadingSubstage": substage, "message": message,
+                                         "loadingProgressAt": rfc3339(T0)})
+        await c.api.set_status("m", {"phase": "Ready", "loadingSubstage": None, "endpoint": "http://m:8000"})
+        assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")
+        assert reported == ["server_start", "staging", "health"]
