@@ -3,7 +3,10 @@
 ``load_kubeconfig`` picks ``--kubeconfig``, else ``KUBECONFIG``, else the in-cluster service account
 (when ``KUBERNETES_SERVICE_HOST`` is set), else ``~/.kube/config``; the lightkube client uses it
 directly and ``connection_info`` turns it into kopf credentials (the token file is re-read on every kopf
-login, so rotated service-account tokens keep working). Used by ``flexinfer.kube.manager``.
+login, so rotated service-account tokens keep working). ``bounded_session`` hands kopf those credentials as
+an aiohttp session with a connection limit: kopf's own session is unlimited and opens one TLS connection per
+concurrent request, i.e. about one per object when a large fleet starts (~300 KB of memory each). Used by
+``flexinfer.kube.manager`` and ``flexinfer.kube.operator``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import base64
 from collections.abc import Mapping
 from pathlib import Path
 
+import aiohttp
 import kopf
 from lightkube import KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
@@ -70,3 +74,14 @@ def connection_info(kubeconfig: KubeConfig) -> kopf.ConnectionInfo:
         private_key_data=_data(user.client_key_data) if user is not None else None,
         default_namespace=config.namespace,
     )
+
+
+def bounded_session(info: kopf.ConnectionInfo, limit: int) -> kopf.AiohttpSession:
+    """``info`` as kopf credentials on a session that keeps at most ``limit`` connections (call it inside the
+    operator's event loop; kopf closes the session when it logs in again or stops)."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(), proxy=info.proxy_url, trust_env=info.trust_env,
+    )
+    return kopf.AiohttpSession(server=info.server, default_namespace=info.default_namespace,
+                               aiohttp_session=session)

@@ -172,7 +172,8 @@ class Manager:
     def _start_operator(self) -> OperatorThread:
         assert self._loop is not None
         settings = operator_settings()
-        registry = build_registry(self, lambda: connection_info(self._kubeconfig), self._loop)
+        registry = build_registry(self, lambda: connection_info(self._kubeconfig), self._loop,
+                                  namespaces=len(self.config.namespaces))
         operator = OperatorThread(registry, settings, self.config.namespaces)
         loop = self._loop
         failed = self._failed

@@ -23,11 +23,14 @@ from typing import Any, Protocol
 import kopf
 
 from flexinfer.api.model import FINALIZER
+from flexinfer.kube.connection import bounded_session
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
 ANNOTATION_PREFIX = "flexinfer.ai"
 MANAGED = {"app.kubernetes.io/managed-by": "flexinfer"}
+PATCH_CONNECTIONS = 16
+"""Connections kopf may use at once for finalizer/annotation patches and events, beyond its watch streams."""
 WATCHES: tuple[tuple[str, str, str, str, dict[str, Any] | None], ...] = (
     ("Model", "ai.flexinfer", "v1alpha2", "models", None),
     ("ModelCache", "ai.flexinfer", "v1alpha1", "modelcaches", None),
@@ -60,14 +63,21 @@ def operator_settings(settings: kopf.OperatorSettings | None = None) -> kopf.Ope
     return settings
 
 
+def connection_limit(namespaces: int) -> int:
+    """kopf's connections: one long-lived stream per watch (each resource in each namespace, or cluster-wide)
+    plus room for concurrent patches and events."""
+    return len(WATCHES) * max(1, namespaces) + PATCH_CONNECTIONS
+
+
 def build_registry(bridge: Bridge, login: Callable[[], kopf.ConnectionInfo],
-                   main_loop: asyncio.AbstractEventLoop) -> kopf.OperatorRegistry:
-    """A registry with the login, the watch handlers and the Model deletion handler."""
+                   main_loop: asyncio.AbstractEventLoop, *, namespaces: int = 0) -> kopf.OperatorRegistry:
+    """A registry with the login (a connection-bounded session), the watch handlers and the Model deletion
+    handler."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
-    def _login(**_: Any) -> kopf.ConnectionInfo:
-        return login()
+    async def _login(**_: Any) -> kopf.AiohttpSession:
+        return bounded_session(login(), connection_limit(namespaces))
 
     for kind, group, version, plural, labels in WATCHES:
         handler = _forwarder(bridge, kind)
