@@ -152,6 +152,10 @@ async def test_a_manager_restarted_mid_swap_converges_and_still_measures_the_swa
         await c.demand("high")
         await c.phase_is("low", "Preempted")
         await c.replicas_are("high", 1)
+
+        async def swap_recorded() -> bool:  # the decision is in high's status (written after the scale-up)
+            return (await c.status("high")).get("activation", {}).get("kind") == "swap"
+        await c.wait_for(swap_recorded, what="high's swap activation in status")
         assert await first.close() == 0
 
         # While no manager runs, the winner's pod becomes ready.

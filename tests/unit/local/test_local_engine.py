@@ -125,7 +125,15 @@ async def test_cancel_during_start_leaves_nothing(engine: LocalEngine, weights: 
     command = stub_command("--grandchild", "--startup-delay", "30")
     model = make_model("cancelled", weights.as_uri(), {"command": command})
     task = asyncio.create_task(engine.start(model, Stages()))
-    await eventually(lambda: any("grandchild pid" in line for line in engine.logs.tail(model.key) or []), 10)
+
+    def grandchild_started() -> bool:
+        assert not task.done(), f"start ended before the server was up: {task}"
+        return any("grandchild pid" in line for line in engine.logs.tail(model.key) or [])
+    try:
+        await eventually(grandchild_started, 30)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}; children {engine.child_pids}; output {engine.logs.tail(model.key)}") \
+            from None
     leader, grandchild = engine.child_pids[0], grandchild_pid(engine, model)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
