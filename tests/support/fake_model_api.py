@@ -149,19 +149,18 @@ class FakeModelApi:
             await self.patch_gate.wait()
         if self.patch_failures:
             raise self.patch_failures.pop(0)
-        key = f"{namespace}/{name}"
-        if key not in self.objects:
-            raise KubeApiError(f"models {name} not found", 404)
-        self.patches.append((namespace, name, copy.deepcopy(dict(patch))))
-        doc = copy.deepcopy(self.objects[key])
-        merge(doc, patch)
-        await self._store(key, doc, "MODIFIED")
+        await self._merge_patch(namespace, name, patch, self.patches)
 
     async def patch_model(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        await self._merge_patch(namespace, name, patch, self.metadata_patches)
+
+    async def _merge_patch(self, namespace: str, name: str, patch: Mapping[str, Any],
+                           record: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Record ``patch`` in ``record``, merge it into the stored Model and emit MODIFIED (404 if absent)."""
         key = f"{namespace}/{name}"
         if key not in self.objects:
             raise KubeApiError(f"models {name} not found", 404)
-        self.metadata_patches.append((namespace, name, copy.deepcopy(dict(patch))))
+        record.append((namespace, name, copy.deepcopy(dict(patch))))
         doc = copy.deepcopy(self.objects[key])
         merge(doc, patch)
         await self._store(key, doc, "MODIFIED")

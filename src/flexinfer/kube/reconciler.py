@@ -29,7 +29,7 @@ from flexinfer.core.election import (
     Member,
     active_lease,
     elect,
-    parse_waiting_since,
+    waiting_since_of,
 )
 from flexinfer.core.loading_logs import LOG_TAIL_LINES, refine_from_log
 from flexinfer.core.manifests import render_model
@@ -144,17 +144,13 @@ class Reconciler:
 
     def waiting_since(self, model: Model) -> datetime | None:
         """The proxy's wait marker (starvation bound); an unparsable one is ignored, logged once per value."""
+        marker = waiting_since_of(model)
         text = model.metadata.annotations.get(WAITING_SINCE_ANNOTATION)
-        if text is None:
-            return None
-        try:
-            return parse_waiting_since(text)
-        except ValueError:
-            if self._bad_markers.get(model.key) != text:
-                self._bad_markers[model.key] = text
-                log.warning("model %s: ignoring annotation %s=%r (not an RFC 3339 time)",
-                            model.key, WAITING_SINCE_ANNOTATION, text)
-            return None
+        if marker is None and text is not None and self._bad_markers.get(model.key) != text:
+            self._bad_markers[model.key] = text
+            log.warning("model %s: ignoring annotation %s=%r (not an RFC 3339 time)",
+                        model.key, WAITING_SINCE_ANNOTATION, text)
+        return marker
 
     @staticmethod
     def _with_swap(steps: list[Step], election: Election) -> list[Step]:
