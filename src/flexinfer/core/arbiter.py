@@ -50,12 +50,15 @@ class Arbiter:
         self._fx: list[Effect] = []
         for model in models:
             self.slots[model.key] = Slot(model)
+        # Models declared before the first event: ``handle`` reports them (``ModelDeclared``) first.
+        self._announce = [slot.model for slot in self.slots.values()]
 
     # ------------------------------------------------------------ entry point
 
     def handle(self, event: Event, now: float) -> list[Effect]:
         """Apply one event at time ``now``; return the effects to execute, in order."""
-        self._fx = []
+        self._fx = [ev.ModelDeclared(model) for model in self._announce]
+        self._announce = []
         self._apply(event, now)
         self._expire(now)
         self._arbitrate(now)
@@ -271,8 +274,11 @@ class Arbiter:
             slot = self.slots.get(key)
             if slot is None or slot.removed:
                 self.slots[key] = Slot(model)
+                self._emit(ev.ModelDeclared(model))
                 continue
             moved = slot.group != Slot(model).group
+            if slot.model != model:
+                self._emit(ev.ModelDeclared(model))
             slot.model = model
             if moved and slot.running:
                 self._retire(slot, now)

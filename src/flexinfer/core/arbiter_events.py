@@ -233,6 +233,13 @@ class ActivationDone:
 
 
 @dataclass(frozen=True)
+class ModelDeclared:
+    """The model joined the declared set (or its spec changed): create its series at zero."""
+
+    model: Model
+
+
+@dataclass(frozen=True)
 class ModelForgotten:
     """The model was removed from the declared set; drop its series/state."""
 
@@ -246,5 +253,5 @@ class ShutdownComplete:
 
 Effect = (
     GrantTicket | RejectTicket | StartModel | StopModel | ScheduleWake | ObserveColdStart | ObserveSwap
-    | ObserveStage | PhaseChanged | Preempted | ActivationDone | ModelForgotten | ShutdownComplete
+    | ObserveStage | PhaseChanged | Preempted | ActivationDone | ModelDeclared | ModelForgotten | ShutdownComplete
 )

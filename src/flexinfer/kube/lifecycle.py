@@ -1,6 +1,8 @@
 """Lifecycle metrics of the Kubernetes engine, observed on status transitions.
 
-``LifecycleTracker.observe`` is called by the reconciler after each member's status is decided:
+``LifecycleTracker.declared`` is called by the reconciler for every valid Model of the unit it reconciles:
+the sink creates the model's series at zero, so ``increase()`` counts its first event (``forget`` removes
+them when the Model is deleted). ``LifecycleTracker.observe`` is called after each member's status is decided:
 the phase gauge/transition counter when the phase changes (or on first sight after a start-up), the
 shared-group state gauge, the startup-stage marks of an open activation (from the loading substage),
 and — when a model with an open ``status.activation`` turns Ready — the cold-start and swap samples
@@ -26,6 +28,10 @@ class LifecycleTracker:
         self._sink = sink
         self._seen: dict[str, str | None] = {}
         self._clocks: dict[str, Activation] = {}
+
+    def declared(self, model: Model) -> None:
+        """The reconciler knows ``model`` (its per-model series exist from now on, at zero)."""
+        self._sink.declared(model)
 
     def preempted(self, model: Model, to: str) -> None:
         self._sink.preemption(model, to)

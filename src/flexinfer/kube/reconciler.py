@@ -103,6 +103,8 @@ class Reconciler:
             if item.error is not None:
                 await self._invalid(item.body, item.error, now)
         models = [p.model for p in parsed if p.model is not None]
+        for model in models:
+            self.lifecycle.declared(model)
         steps = self._plan(unit, models, now)
         reading_logs = False
         for step in steps:

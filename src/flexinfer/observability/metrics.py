@@ -9,9 +9,14 @@
 
 Label bounds: ``model`` values come only from declared Models. ``LifecycleMetrics`` is only ever given
 Model objects; ``ProxyMetrics`` labels a name only after ``declare_models`` and counts anything else under
-``model=""`` (an unknown or missing model). Forgetting a model removes all its series. ``stage``, ``phase``,
-``state``, ``status``, ``outcome`` take values from fixed sets; others are dropped. Built by
-``flexinfer.assembly``.
+``model=""`` (an unknown or missing model). ``stage``, ``phase``, ``state``, ``status``, ``outcome`` take
+values from fixed sets; others are dropped. Built by ``flexinfer.assembly``.
+
+Series exist before their first event: declaring a model (``LifecycleMetrics.declared``,
+``ProxyMetrics.declare_models``) creates every counter and histogram series of it at zero, for every value
+of the bounded labels (a series that appears with its first event hides that event from ``increase()``
+and ``rate()``). Values that are not known in advance (a GPULease owner as preemption target) appear with
+their first event. Forgetting a model removes all its series.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ RECONCILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 QUEUE_WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60)
 ACTIVATION_BUCKETS = (1, 5, 10, 30, 60, 120, 180, 300, 600, 900)
 SHUTDOWN_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800)
+"""Proxied requests, from an embedding call (tens of ms) to a stream that runs for many minutes."""
+TRANSITION_REASON = "reconcile"
 GROUP_STATES = ("Active", "Queued", "Preempted")
 UNKNOWN_MODEL = ""
 """The ``model`` label value for requests whose model is unknown or undeclared."""
@@ -61,6 +69,9 @@ class LifecycleMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._book = _SeriesBook()
+        self._declared: dict[str, tuple[str, ...]] = {}
+        self._members: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+        """``(namespace, group)`` → member name → model key, for the preemption pairs."""
         self._cold_start = Histogram(
             "flexinfer_model_cold_start_duration_seconds", "Duration from model activation to Ready.",
             ["model", "namespace", "backend", "cache_strategy"], buckets=COLD_START_BUCKETS, registry=registry)
@@ -104,7 +115,7 @@ class LifecycleMetrics:
         self._stage.labels(*labels).observe(seconds)
         self._book.note(model.key, self._stage, labels)
 
-    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = "reconcile") -> None:
+    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = TRANSITION_REASON) -> None:
         """One-hot phase gauge; a transition when ``old`` is set and differs; group state for shared models."""
         if new not in PHASES:
             return
@@ -142,8 +153,56 @@ class LifecycleMetrics:
         """Activation records feed traces, not metrics (the samples arrive via cold_start/swap/stage)."""
         return None
 
+    def declared(self, model: Model) -> None:
+        """Create the counter and histogram series of ``model`` at zero (idempotent; after a spec change that
+        moves its backend, cache strategy or group, the new label sets are added)."""
+        labels = (model.name, model.namespace, model.backend, effective_cache_strategy(model), model.group or "")
+        if self._declared.get(model.key) == labels:
+            return
+        self._leave_group(model.key)
+        self._declared[model.key] = labels
+        name, namespace, backend, cache_strategy, group = labels
+        self._zero(model.key, self._cold_start, (name, namespace, backend, cache_strategy))
+        for stage in STAGE_NAMES:
+            self._zero(model.key, self._stage, (name, namespace, backend, stage))
+        for old in PHASES:
+            for new in PHASES:
+                if old != new:
+                    self._zero(model.key, self._transitions, (name, namespace, old, new, TRANSITION_REASON))
+        if group:
+            self._zero(model.key, self._swap, (name, namespace, backend, group))
+            self._join_group(model, group)
+
+    def _join_group(self, model: Model, group: str) -> None:
+        """Preemption series for every ordered pair of members of the group, owned by both members."""
+        members = self._members[(model.namespace, group)]
+        members[model.name] = model.key
+        for other, other_key in members.items():
+            if other == model.name:
+                continue
+            for loser, winner in ((model.name, other), (other, model.name)):
+                labels = (group, model.namespace, loser, winner)
+                self._zero(model.key, self._preemptions, labels)
+                self._book.note(other_key, self._preemptions, labels)
+
+    def _leave_group(self, key: str) -> None:
+        labels = self._declared.pop(key, None)
+        if labels is None or not labels[-1]:
+            return
+        name, namespace, *_, group = labels
+        members = self._members.get((namespace, group), {})
+        if members.get(name) == key:
+            del members[name]
+        if not members:
+            self._members.pop((namespace, group), None)
+
+    def _zero(self, owner: str, metric: Counter | Histogram, labels: tuple[str, ...]) -> None:
+        metric.labels(*labels)
+        self._book.note(owner, metric, labels)
+
     def forgotten(self, model: Model) -> None:
         """Remove every series of a deleted model."""
+        self._leave_group(model.key)
         self._book.forget(model.key)
 
     # Reconcile (called by observability.tracing.reconcile_span) ------------
@@ -155,9 +214,12 @@ class LifecycleMetrics:
         self._reconcile_errors.labels(controller).inc()
 
 
-REQUEST_STATUSES = frozenset({"success", "error", "rate_limited", "parked", "endpoint_unsupported",
-                              "admission_rejected", "background_not_ready", "parked_behind_primary"})
+REQUEST_STATUSES = ("success", "error", "cancelled", "rate_limited", "parked", "endpoint_unsupported",
+                    "admission_rejected", "background_not_ready", "parked_behind_primary")
+"""The ``status`` values of ``flexinfer_proxy_requests_total``; ``cancelled``: the client went away."""
 WAIT_OUTCOMES = frozenset({"granted", "timeout", "rejected", "failed", "cancelled"})
+ACTIVATION_RESULTS = ("success", "failure")
+RATE_LIMIT_SCOPES = ("model", "global")
 
 
 class ProxyMetrics:
@@ -170,8 +232,9 @@ class ProxyMetrics:
         self._requests = Counter("flexinfer_proxy_requests_total", "Proxied requests by final status.",
                                  ["model", "status"], registry=registry)
         self._duration = Histogram("flexinfer_proxy_request_duration_seconds", "Proxied request duration.",
-                                   ["model"], registry=registry)
-        self._depth = Gauge("flexinfer_proxy_queue_depth", "Requests waiting for an activation.",
+                                   ["model"], buckets=REQUEST_BUCKETS, registry=registry)
+        self._depth = Gauge("flexinfer_proxy_queue_depth",
+                            "Requests waiting for their model (an activation or a per-model concurrency slot).",
                             ["model"], registry=registry)
         self._wait = Histogram("flexinfer_proxy_queue_wait_duration_seconds", "Time a request waited for its model.",
                                ["model"], buckets=QUEUE_WAIT_BUCKETS, registry=registry)
@@ -191,19 +254,32 @@ class ProxyMetrics:
         self._shutdown_duration = Histogram("flexinfer_proxy_shutdown_duration_seconds",
                                             "Duration of a graceful proxy shutdown.",
                                             buckets=SHUTDOWN_BUCKETS, registry=registry)
+        self._zero_series(UNKNOWN_MODEL)
         self.declare_models(models)
 
     def declare_models(self, names: Iterable[str]) -> None:
         """Set the declared model names: new ones get zero series, dropped ones lose all their series."""
-        wanted = set(names)
+        wanted = set(names) - {UNKNOWN_MODEL}
         for gone in self._declared - wanted:
             self._book.forget(gone)
         for name in sorted(wanted - self._declared):
-            for status in ("success", "error"):
-                self._note(name, self._requests, (name, status))
-            for metric in (self._queued, self._rejected, self._depth, self._connections):
-                self._note(name, metric, (name,))
+            self._zero_series(name)
         self._declared = wanted
+
+    def _zero_series(self, name: str) -> None:
+        """Every series of one ``model`` label value at zero, for every value of the bounded labels (the
+        unknown model ``""`` only has request and rate-limit series: it never waits or connects)."""
+        for status in REQUEST_STATUSES:
+            self._note(name, self._requests, (name, status))
+        for scope in RATE_LIMIT_SCOPES:
+            self._note(name, self._rate_limited, (name, scope))
+        self._note(name, self._duration, (name,))
+        if name == UNKNOWN_MODEL:
+            return
+        for result in ACTIVATION_RESULTS:
+            self._note(name, self._activation, (name, result))
+        for metric in (self._wait, self._queued, self._rejected, self._depth, self._connections):
+            self._note(name, metric, (name,))
 
     def forget_model(self, name: str) -> None:
         self.declare_models(self._declared - {name})
@@ -245,14 +321,18 @@ class ProxyMetrics:
         self._wait.labels(name).observe(seconds)
         if outcome == "rejected":
             self._rejected.labels(name).inc()
-        if outcome != "cancelled":
-            result = "success" if outcome == "granted" else "failure"
-            self._note(name, self._activation, (name, result))
-            self._activation.labels(name, result).observe(seconds)
+
+    def activation_finished(self, model: str, seconds: float, outcome: str) -> None:
+        if outcome == "cancelled":
+            return
+        name = self._label(model)
+        result = "success" if outcome == "granted" else "failure"
+        self._note(name, self._activation, (name, result))
+        self._activation.labels(name, result).observe(seconds)
 
     def rate_limited(self, model: str | None, scope: str) -> None:
         name = self._label(model)
-        scope = scope if scope in ("model", "global") else "global"
+        scope = scope if scope in RATE_LIMIT_SCOPES else "global"
         self._note(name, self._rate_limited, (name, scope))
         self._rate_limited.labels(name, scope).inc()
 

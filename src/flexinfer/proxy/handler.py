@@ -133,8 +133,8 @@ class ProxyHandler:
         if background and view.phase != "Ready":
             raise BackgroundNotReadyError(view.name, view.phase)
         self._rate_limit(view.name)
-        async with self._concurrency.slot(view.name, self._config.wait_timeout):
-            grant = await self._admission.acquire(view.name, trace, reply if routed.streaming else None)
+        async with self._admission.admit(view.name, trace, reply if routed.streaming else None,
+                                         self._concurrency) as grant:
             self._metrics.connection_opened(view.name)
             try:
                 await self._forward(request, reply, trace, routed=routed, view=view, body=body,

@@ -97,6 +97,8 @@ class EffectRunner:
                 obs.preempted(self._model(effect.loser), self._model(effect.winner))
             case ev.ActivationDone():
                 obs.activation(self._record(effect))
+            case ev.ModelDeclared():
+                obs.declared(effect.model)
             case ev.ModelForgotten():
                 self._known.pop(effect.model.key, None)
                 obs.forgotten(effect.model)

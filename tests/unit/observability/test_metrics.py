@@ -93,8 +93,10 @@ def test_proxy_metrics_label_only_declared_models() -> None:
     proxy.wait_started("a")
     assert value(registry, "flexinfer_proxy_queue_depth", model="a") == 1
     proxy.wait_finished("a", 4.0, "granted")
+    proxy.activation_finished("a", 4.0, "granted")
     proxy.wait_started("a")
     proxy.wait_finished("a", 2.0, "rejected")
+    proxy.activation_finished("a", 2.0, "cancelled")
     assert value(registry, "flexinfer_proxy_queue_depth", model="a") == 0
     assert value(registry, "flexinfer_proxy_queue_rejected_total", model="a") == 1
     assert value(registry, "flexinfer_proxy_activation_duration_seconds_sum", model="a", result="success") == 4
@@ -113,6 +115,7 @@ async def test_exposition_passes_promtool() -> None:
     proxy.connection_opened("a")
     proxy.wait_started("b")
     proxy.wait_finished("b", 1.0, "timeout")
+    proxy.activation_finished("b", 1.0, "timeout")
     proxy.rate_limited("a", "model")
     proxy.shutdown("completed", 2.0)
     result = check_metrics(generate_latest(registry))
