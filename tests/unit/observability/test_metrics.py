@@ -7,7 +7,8 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
+from flexinfer.core.lifecycle_clock import STAGE_NAMES
+from flexinfer.observability.metrics import REQUEST_STATUSES, LifecycleMetrics, ProxyMetrics
 from flexinfer.runtime.dispatcher import Dispatcher
 from support.prometheus import check_metrics
 from support.recording_engine import FakeClock, RecordingEngine, make_model
@@ -120,3 +121,80 @@ async def test_exposition_passes_promtool() -> None:
     proxy.shutdown("completed", 2.0)
     result = check_metrics(generate_latest(registry))
     assert result.ok, (result.error, result.findings)
+
+
+def series(registry: CollectorRegistry, fragment: str) -> list[str]:
+    """Exposition lines (no comments) that contain ``fragment``."""
+    text = generate_latest(registry).decode()
+    return [line for line in text.splitlines() if fragment in line and not line.startswith("#")]
+
+
+def test_a_declared_model_has_every_counter_and_histogram_series_at_zero() -> None:
+    registry = CollectorRegistry()
+    metrics = LifecycleMetrics(registry)
+    a, b, solo = make_model("a", group="g"), make_model("b", group="g"), make_model("solo")
+    for model in (a, b, solo):
+        metrics.declared(model)
+    metrics.declared(a)  # idempotent
+    assert value(registry, "flexinfer_model_cold_start_duration_seconds_count", **LAT, cache_strategy="Memory") == 0
+    assert value(registry, "flexinfer_model_swap_duration_seconds_count", **LAT, group="g") == 0
+    for stage in STAGE_NAMES:
+        assert value(registry, "flexinfer_model_startup_stage_duration_seconds_count", **LAT, stage=stage) == 0
+    assert value(registry, "flexinfer_model_transitions_total", model="a", namespace="default", reason="reconcile",
+                 **{"from": "Loading", "to": "Ready"}) == 0
+    for loser, winner in (("a", "b"), ("b", "a")):
+        assert value(registry, "flexinfer_sharedgroup_preemptions_total", group="g", namespace="default",
+                     **{"from": loser, "to": winner}) == 0
+    assert not series(registry, 'flexinfer_model_swap_duration_seconds_count{backend="llamacpp",group="",model="solo"')
+    assert not series(registry, 'from="solo"') and not series(registry, 'to="solo"')
+
+
+def test_forgetting_a_model_removes_its_series_and_the_pairs_it_is_part_of() -> None:
+    registry = CollectorRegistry()
+    metrics = LifecycleMetrics(registry)
+    a, b = make_model("a", group="g"), make_model("b", group="g")
+    metrics.declared(a)
+    metrics.declared(b)
+    metrics.preempted(a, b)
+    metrics.forgotten(b)
+    assert not series(registry, 'model="b"')
+    assert not series(registry, '"b"'), "a preemption series naming b survived"
+    assert value(registry, "flexinfer_model_swap_duration_seconds_count", **LAT, group="g") == 0
+    metrics.declared(make_model("c", group="g"))
+    assert value(registry, "flexinfer_sharedgroup_preemptions_total", group="g", namespace="default",
+                 **{"from": "c", "to": "a"}) == 0
+
+
+async def test_the_local_engine_declares_models_before_any_event_and_forgets_removed_ones() -> None:
+    registry = CollectorRegistry()
+    metrics = LifecycleMetrics(registry)
+    a, b = make_model("a", group="g"), make_model("b", group="g")
+    async with Dispatcher(RecordingEngine(stages=()), [a, b], clock=FakeClock(0.0), auto_tick=False,
+                          observer=metrics) as d:
+        await d.tick()
+        assert value(registry, "flexinfer_model_swap_duration_seconds_count", **LAT, group="g") == 0
+        assert value(registry, "flexinfer_sharedgroup_preemptions_total", group="g", namespace="default",
+                     **{"from": "b", "to": "a"}) == 0
+        await d.replace_models([a, make_model("c", group="g")])
+        assert not series(registry, '"b"')
+        assert value(registry, "flexinfer_model_swap_duration_seconds_count", model="c", namespace="default",
+                     backend="llamacpp", group="g") == 0
+
+
+def test_proxy_declares_every_bounded_series_at_zero_and_drops_them_with_the_model() -> None:
+    registry = CollectorRegistry()
+    proxy = ProxyMetrics(registry, ["a"])
+    for status in REQUEST_STATUSES:
+        assert value(registry, "flexinfer_proxy_requests_total", model="a", status=status) == 0
+    for result in ("success", "failure"):
+        assert value(registry, "flexinfer_proxy_activation_duration_seconds_count", model="a", result=result) == 0
+    for scope in ("model", "global"):
+        assert value(registry, "flexinfer_proxy_rate_limited_total", model="a", scope=scope) == 0
+    for name in ("flexinfer_proxy_request_duration_seconds_count", "flexinfer_proxy_queue_wait_duration_seconds_count",
+                 "flexinfer_proxy_queued_requests_total", "flexinfer_proxy_queue_rejected_total",
+                 "flexinfer_proxy_queue_depth", "flexinfer_proxy_active_connections"):
+        assert value(registry, name, model="a") == 0, name
+    assert value(registry, "flexinfer_proxy_requests_total", model="", status="error") == 0
+    assert value(registry, "flexinfer_proxy_request_duration_seconds_bucket", model="a", le="600.0") == 0
+    proxy.declare_models([])
+    assert not series(registry, 'model="a"')
