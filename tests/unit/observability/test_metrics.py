@@ -198,3 +198,16 @@ def test_proxy_declares_every_bounded_series_at_zero_and_drops_them_with_the_mod
     assert value(registry, "flexinfer_proxy_request_duration_seconds_bucket", model="a", le="600.0") == 0
     proxy.declare_models([])
     assert not series(registry, 'model="a"')
+
+
+def test_request_duration_buckets_fit_llm_requests() -> None:
+    """A 44 s chat and a 9-minute stream land in finite buckets that tell them apart (not all in ``+Inf``)."""
+    registry = CollectorRegistry()
+    proxy = ProxyMetrics(registry, ["a"])
+    proxy.request_finished("a", "success", 44.0)
+    proxy.request_finished("a", "success", 540.0)
+    bucket = "flexinfer_proxy_request_duration_seconds_bucket"
+    assert value(registry, bucket, model="a", le="30.0") == 0
+    assert value(registry, bucket, model="a", le="60.0") == 1
+    assert value(registry, bucket, model="a", le="450.0") == 1
+    assert value(registry, bucket, model="a", le="600.0") == 2
