@@ -5,8 +5,8 @@
 the copy/hash units on a pool of ``settings.concurrency`` threads. Cancelling ``stage()`` stops the workers
 after their current chunk and leaves no temp file under a final name.
 
-Whole-run problems (missing source, no space, a destination path in the way) raise ``StagingError``;
-per-file problems are collected in ``StageReport.failures``.
+Whole-run problems (missing source, no space, a destination path in the way, a non-empty source of which
+nothing is selected) raise ``StagingError``; per-file problems are collected in ``StageReport.failures``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from flexinfer.flashloader.plan import split_ranges as _split
 from flexinfer.flashloader.progress import NullProgress, ProgressSink
 from flexinfer.flashloader.report import FileIssue, StageReport
 from flexinfer.flashloader.verification import changed_files, check_expected
-from flexinfer.flashloader.walk import walk_destination, walk_source
+from flexinfer.flashloader.walk import SourceListing, walk_destination, walk_source
 
 FreeSpace = Callable[[str], int]
 
@@ -99,6 +99,8 @@ def _stage(
     plan = build_plan(apply_variant(listing.files, settings.variant), dest)
     run = _Run(settings, sink, cancel or threading.Event(), src_root, dst_root)
     failures = [*listing.errors, *plan.rejected]
+    if not (plan.copies or plan.unchanged or failures) and listing.entries:
+        raise StagingError(nothing_selected(src, listing))
     if plan.copies or settings.verify:
         with ThreadPoolExecutor(worker_count(settings.concurrency), thread_name_prefix="flash-load") as pool:
             plan, copy_failures, verified = run.execute(pool, plan, free_space or statvfs_free)
@@ -159,9 +161,23 @@ class _Run:
 
     def _job(self, item: SourceFile) -> FileCopy:
         return FileCopy(
-            source=item, src_path=os.path.join(self.src_root, item.rel),
+            source=item, src_path=os.path.join(self.src_root, item.src_rel),
             final_path=os.path.join(self.dst_root, item.rel), ranges=_split(item.size, self.settings.chunk_bytes),
         )
+
+
+def nothing_selected(src: Path, listing: SourceListing, shown: int = 3) -> str:
+    """The error for a source that is not empty but of which nothing would be staged (a server would
+    start without its weights), naming what was excluded and ignored."""
+    parts = []
+    if listing.excluded:
+        more = f" (+{len(listing.excluded) - shown} more)" if len(listing.excluded) > shown else ""
+        parts.append(f"excluded: {', '.join(listing.excluded[:shown])}{more}")
+    if listing.ignored:
+        more = f" (+{len(listing.ignored) - shown} more)" if len(listing.ignored) > shown else ""
+        parts.append(f"ignored: {'; '.join(str(issue) for issue in listing.ignored[:shown])}{more}")
+    return (f"nothing to stage: source {src} is not empty ({listing.entries} entries) but no file in it is "
+            f"selected ({'; '.join(parts)}); check the source path and the exclude patterns")
 
 
 def prepare_roots(src: Path, dst: Path) -> tuple[str, str]:

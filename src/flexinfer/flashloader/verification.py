@@ -44,7 +44,7 @@ def changed_files(pool: Executor, files: Sequence[SourceFile], src_root: str, ds
 
     def differs(item: SourceFile) -> bool:
         try:
-            return not same_content(os.path.join(src_root, item.rel), os.path.join(dst_root, item.rel))
+            return not same_content(os.path.join(src_root, item.src_rel), os.path.join(dst_root, item.rel))
         except OSError:
             return True
 
