@@ -40,6 +40,8 @@ MANAGED_FIELDS: Final = (
 """Top-level status keys the manager owns; ``lastActiveTime`` (proxy), ``gpu`` and ``metrics`` are left alone."""
 REASON_VALIDATION_FAILED: Final = "ValidationFailed"
 _WAITING_INIT: Final = ("containercreating", "podinitializing")
+FLASH_LOADER: Final = "flash-loader"
+"""The staging init container; while it runs, its log's progress lines refine the message (bytes staged)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class LoadingDetail:
     substage: LoadingSubstage
     message: str
     log_container: str | None = None
-    """Set when only the container's log can say more (it runs, its readiness probe does not pass yet)."""
+    """Set when only the container's log can say more (the server runs, its readiness probe does not pass
+    yet; or the flash-loader stages and its progress lines say how many bytes are in place)."""
 
 
 def endpoint(model: Model) -> str:
@@ -120,8 +123,8 @@ def _container_detail(status: Mapping[str, Any], init: bool) -> LoadingDetail | 
             return LoadingDetail("Initializing", short_message(f"{what}: {reason}"))
         return LoadingDetail("Initializing", short_message(f"{what}: {reason} {message}".rstrip()))
     if "running" in state and not status.get("ready"):
-        if init and name == "flash-loader":
-            return LoadingDetail("LoadingWeights", "flash-loader staging weights into tmpfs")
+        if init and name == FLASH_LOADER:
+            return LoadingDetail("LoadingWeights", "flash-loader staging weights into tmpfs", log_container=name)
         if init:
             return LoadingDetail("Initializing", short_message(f"{what} running"))
         return LoadingDetail("Initializing", short_message(f"{name} running, readiness probe not passing yet"),

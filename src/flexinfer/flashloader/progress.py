@@ -46,7 +46,11 @@ class NullProgress:
 
 
 class LogProgress:
-    """Periodic one-line reports (at most one per ``interval`` seconds) plus a line per file > 100 MiB."""
+    """Periodic one-line reports (at most one per ``interval`` seconds) plus a line per file > 100 MiB.
+
+    The opening and periodic lines are a contract: in a pod, the manager reads them from the init container's
+    log (``flexinfer.core.loading_logs``) and shows the bytes staged in the Model's status, which keeps a
+    long copy from counting as a stalled load. Lines are written only when bytes were copied."""
 
     def __init__(
         self, write: Callable[[str], None], interval: float = LOG_INTERVAL_S,
