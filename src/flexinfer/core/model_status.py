@@ -96,6 +96,30 @@ def derive_phase(desired: int, facts: DeploymentFacts | None, shared_state: str 
     return "Pending"
 
 
+def _true_since(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> datetime | None:
+    for condition in conditions or []:
+        if condition.get("type") == type_ and condition.get("status") == "True":
+            try:
+                return datetime.fromisoformat(str(condition.get("lastTransitionTime") or ""))
+            except ValueError:
+                return None
+    return None
+
+
+def ready_since(pod: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> datetime | None:
+    """When the model's server became Ready, as the cluster recorded it: ``lastTransitionTime`` of the
+    newest pod's ``Ready=True`` condition, else of the Deployment's ``Available=True`` condition (whole
+    seconds); ``None`` when neither says. The lifecycle clock decides whether to trust it
+    (``flexinfer.core.lifecycle_clock.Activation.ready_time``)."""
+    if pod is not None:
+        since = _true_since((pod.get("status") or {}).get("conditions"), "Ready")
+        if since is not None:
+            return since
+    if deployment is not None:
+        return _true_since((deployment.get("status") or {}).get("conditions"), "Available")
+    return None
+
+
 def newest_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The most recently created pod (ties broken by name)."""
     def key(pod: Mapping[str, Any]) -> tuple[str, str]:
