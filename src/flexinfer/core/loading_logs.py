@@ -9,6 +9,8 @@ container's log say more; the newest line that matches one of these markers deci
   (``flash-load: copying 12 files, 16000.0 MiB``) → ``LoadingWeights`` with
   ``staging weights into tmpfs: 1234.5 of 16000.0 MiB (8%), 3/12 files`` — bytes and files only (no rate),
   so the message changes exactly when bytes were staged and a copy that stops moving still looks stalled;
+  with ``verify``, its checksum passes likewise (``flash-load: checksummed 10.0/20.0 MiB (50%), 1/2 files``
+  → ``checksumming weights: 10.0 of 20.0 MiB (50%), 1/2 files``);
 
 - ``Uvicorn running on`` / ``Application startup complete`` (vLLM, llama-cpp-python) or llama.cpp's
   ``server is listening on`` → ``HealthCheckPending``;
@@ -37,8 +39,10 @@ _SHARDS: Final = "loading safetensors checkpoint shards"
 _LLAMACPP_TENSORS: Final = "load_tensors:"
 _SHARD_PROGRESS: Final = re.compile(r"(\d+)/(\d+)\s*\[[^\]]*?([\d.]+\s*(?:it/s|s/it))?\s*\]")
 _ANSI: Final = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_STAGED: Final = re.compile(r"flash-load: ([\d.]+)/([\d.]+) MiB \((\d+)%\), (\d+)/(\d+) files")
-_STAGE_BEGIN: Final = re.compile(r"flash-load: copying (\d+) files, ([\d.]+) MiB")
+_STAGED: Final = re.compile(r"flash-load: (checksummed )?([\d.]+)/([\d.]+) MiB \((\d+)%\), (\d+)/(\d+) files")
+_STAGE_BEGIN: Final = re.compile(r"flash-load: (copying|checksumming) (\d+) files, ([\d.]+) MiB")
+_TASKS: Final = {"": "staging weights into tmpfs", "copying": "staging weights into tmpfs",
+                 "checksummed ": "checksumming weights", "checksumming": "checksumming weights"}
 
 
 def refine_from_log(lines: Sequence[str]) -> LoadingDetail | None:
@@ -76,12 +80,12 @@ def _staging_message(line: str) -> str | None:
     """The flash-loader's progress, as bytes and files staged so far (``None`` for other lines)."""
     match = _STAGED.search(line)
     if match is not None:
-        done, total, percent, files_done, files = match.groups()
-        return f"staging weights into tmpfs: {done} of {total} MiB ({percent}%), {files_done}/{files} files"
+        task, done, total, percent, files_done, files = match.groups()
+        return f"{_TASKS[task or '']}: {done} of {total} MiB ({percent}%), {files_done}/{files} files"
     begin = _STAGE_BEGIN.search(line)
     if begin is not None:
-        files, total = begin.groups()
-        return f"staging weights into tmpfs: 0.0 of {total} MiB (0%), 0/{files} files"
+        task, files, total = begin.groups()
+        return f"{_TASKS[task]}: 0.0 of {total} MiB (0%), 0/{files} files"
     return None
 
 

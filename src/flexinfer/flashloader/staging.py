@@ -18,7 +18,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.copying import FileCopy, RangeCopier
 from flexinfer.flashloader.plan import CopyPlan, SourceFile, apply_variant, build_plan, demote, required_space
 from flexinfer.flashloader.plan import split_ranges as _split
-from flexinfer.flashloader.progress import NullProgress, ProgressSink
+from flexinfer.flashloader.progress import CHECKSUMMING, NullProgress, ProgressSink
 from flexinfer.flashloader.report import FileIssue, StageReport
 from flexinfer.flashloader.verification import changed_files, check_expected
 from flexinfer.flashloader.walk import SourceListing, walk_destination, walk_source
@@ -128,7 +128,9 @@ class _Run:
 
     def execute(self, pool: Executor, plan: CopyPlan, free_space: FreeSpace) -> tuple[CopyPlan, list[FileIssue], int]:
         if self.settings.verify:
-            plan = demote(plan, changed_files(pool, plan.unchanged, self.src_root, self.dst_root))
+            with self._checksumming(plan.unchanged):
+                changed = changed_files(pool, plan.unchanged, self.src_root, self.dst_root, self.sink.advance)
+            plan = demote(plan, changed)
         if plan.copies:
             check_space(self.dst_root, plan.bytes_to_copy, free_space)
             make_dirs(self.dst_root, plan.new_dirs)
@@ -138,8 +140,18 @@ class _Run:
         failed = {issue.path for issue in failures}
         expected = [item for item in (*plan.unchanged, *plan.copies) if item.rel not in failed]
         copied = [item for item in plan.copies if item.rel not in failed]
-        problems = check_expected(pool, expected, self.src_root, self.dst_root, checksum=copied)
+        with self._checksumming(copied):
+            problems = check_expected(pool, expected, self.src_root, self.dst_root, copied, on_bytes=self.sink.advance)
         return plan, failures + problems, len(expected) - len(problems)
+
+    @contextlib.contextmanager
+    def _checksumming(self, items: Sequence[SourceFile]) -> Iterator[None]:
+        """A checksum pass over ``items`` as one progress task (both sides of each file are read)."""
+        self.sink.begin(len(items), 2 * sum(item.size for item in items), CHECKSUMMING)
+        try:
+            yield
+        finally:
+            self.sink.end()
 
     def copy_all(self, pool: Executor, copies: Sequence[SourceFile]) -> list[FileIssue]:
         """Copy every file, big files as ranges spread over the pool; returns per-file failures."""

@@ -68,3 +68,10 @@ def test_the_same_bytes_at_another_rate_is_the_same_message() -> None:
     fast = refine_from_log(["flash-load: 10.0/20.0 MiB (50%), 1/2 files, 1.00 GB/s"])
     slow = refine_from_log(["flash-load: 10.0/20.0 MiB (50%), 1/2 files, 0.01 GB/s"])
     assert fast == slow
+
+
+def test_a_checksum_pass_is_progress_too() -> None:
+    assert refine_from_log(["flash-load: checksumming 2 files, 40.0 MiB"]) == LoadingDetail(
+        "LoadingWeights", "checksumming weights: 0.0 of 40.0 MiB (0%), 0/2 files")
+    assert refine_from_log(["flash-load: checksummed 10.0/40.0 MiB (25%), 1/2 files, 0.50 GB/s"]) == LoadingDetail(
+        "LoadingWeights", "checksumming weights: 10.0 of 40.0 MiB (25%), 1/2 files")

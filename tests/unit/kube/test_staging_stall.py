@@ -12,7 +12,7 @@ from typing import Any
 from flexinfer.api.model import Model
 from flexinfer.core.loading_logs import refine_from_log
 from flexinfer.core.model_status import StatusInputs, build_status, loading_detail
-from flexinfer.flashloader.progress import LogProgress
+from flexinfer.flashloader.progress import CHECKSUMMING, COPYING, LogProgress
 from flexinfer.kube.demand import STALL_AFTER, stall_deadline
 from support.resource_builders import make_model
 
@@ -26,11 +26,11 @@ GIB, MIB = 2**30, 2**20
 class Copy:
     """The flash-loader's real progress writer, driven by a scripted clock and byte count."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, task: str = COPYING) -> None:
         self.clock = 0.0
         self.lines: list[str] = []
         self.progress = LogProgress(self.lines.append, clock=lambda: self.clock)
-        self.progress.begin(8, total)
+        self.progress.begin(8, total, task)
 
     def advance(self, seconds: float, nbytes: int) -> None:
         self.clock += seconds
@@ -79,3 +79,12 @@ def test_a_copy_whose_bytes_stop_is_stalled_120s_after_the_last_byte() -> None:
     assert [m.status.loading_progress_at for m in passes[6:]] == [stuck_since] * 15
     assert stall_deadline(passes[-1]) == stuck_since + timedelta(seconds=STALL_AFTER)
     assert stall_deadline(passes[-1]) < T0 + timedelta(seconds=200)  # the proxy fails the waiting requests
+
+
+def test_a_long_checksum_pass_that_hashes_bytes_is_not_stalled_either() -> None:
+    copy = Copy(total=80 * GIB, task=CHECKSUMMING)
+    passes = run(copy, [300 * MIB] * 30)  # a 5-minute verification
+    for index, model in enumerate(passes):
+        deadline = stall_deadline(model)
+        assert deadline is not None and deadline > T0 + timedelta(seconds=10 * index), model.status.message
+    assert passes[-1].status.message == "checksumming weights: 9000.0 of 81920.0 MiB (11%), 0/8 files"
