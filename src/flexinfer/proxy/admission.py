@@ -1,7 +1,8 @@
 """Waiting for the right to forward: one call to ``Activator.acquire`` with its metrics, span and, for
 streaming requests, the ``: loading <model> …`` SSE comments sent while a cold start or swap runs.
 
-The acquire call is cancelled if the client goes away (the request is then withdrawn and never counts as
+The model is the key the catalog resolved (``namespace/name``); metrics and comments carry it. The acquire
+call is cancelled if the client goes away (the request is then withdrawn and never counts as
 in flight); a grant that arrives after the request was abandoned is released at once. Called by
 ``handler.py``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import (
     ColdStartTimeoutError,
     QueueFullError,
@@ -37,7 +39,7 @@ class _Wait:
 
     __slots__ = ("_metrics", "_model", "_started", "_trace", "reason", "signal", "span")
 
-    def __init__(self, model: str, metrics: ProxyMetrics, trace: RequestTrace) -> None:
+    def __init__(self, model: ModelKey, metrics: ProxyMetrics, trace: RequestTrace) -> None:
         self._model, self._metrics, self._trace = model, metrics, trace
         self.signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.span: Span | None = None
@@ -48,7 +50,7 @@ class _Wait:
         if self.span is not None:
             return
         self._started, self.reason = time.monotonic(), reason
-        self.span = self._trace.cold_start(self._model)
+        self.span = self._trace.cold_start(self._model.name)
         self.span.set_attribute("flexinfer.activation", reason)
         self._metrics.wait_started(self._model)
         if not self.signal.done():
@@ -74,7 +76,7 @@ class Admission:
         self._activator, self._metrics = activator, metrics
         self._timeout, self._interval = timeout, interval
 
-    async def acquire(self, model: str, trace: RequestTrace, reply: Reply | None) -> Grant:
+    async def acquire(self, model: ModelKey, trace: RequestTrace, reply: Reply | None) -> Grant:
         """Wait for a grant; with a ``reply`` (streaming request) start it early and send loading comments."""
         wait = _Wait(model, self._metrics, trace)
         error: BaseException | None = None
@@ -88,7 +90,7 @@ class Admission:
         finally:
             wait.finish(error)
 
-    async def _acquire_streaming(self, model: str, wait: _Wait, reply: Reply) -> Grant:
+    async def _acquire_streaming(self, model: ModelKey, wait: _Wait, reply: Reply) -> Grant:
         task = asyncio.ensure_future(self._activator.acquire(model, self._timeout, wait))
         try:
             await asyncio.wait((task, wait.signal), return_when=asyncio.FIRST_COMPLETED)
@@ -100,10 +102,11 @@ class Admission:
                 task.cancel()
                 task.add_done_callback(_release_late_grant)
 
-    async def _comment_until_done(self, model: str, wait: _Wait, reply: Reply, task: asyncio.Future[Grant]) -> None:
+    async def _comment_until_done(self, model: ModelKey, wait: _Wait, reply: Reply,
+                                  task: asyncio.Future[Grant]) -> None:
         response = await reply.start_sse()
         while not task.done():
-            await response.write(loading_comment(model, wait.elapsed))
+            await response.write(loading_comment(model.name, wait.elapsed))
             await asyncio.wait((task,), timeout=self._interval)
 
 
