@@ -47,7 +47,8 @@ def fake_server_command(*extra: str) -> list[str]:
 def serve_env(state_dir: Path, **overrides: str) -> dict[str, str]:
     """The environment for ``serve``: fast swaps, logs under ``state_dir``, tests importable."""
     env = {**os.environ, "FLEXINFER_STATE_DIR": str(state_dir), "FLEXINFER_SWAP_MIN_HOLD": "0s",
-           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"), "PYTHONPATH": str(TESTS_DIR)}
+           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p)}
     env.update(overrides)
     return env
 
