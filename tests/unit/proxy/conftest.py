@@ -18,7 +18,7 @@ from flexinfer.core.errors import RequestError
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer
-from flexinfer.runtime.ports import Endpoint, Grant, ModelView
+from flexinfer.runtime.ports import Catalog, Endpoint, Grant, ModelView
 from support.fake_openai import FakeOpenAI, Script
 from support.polling import eventually
 
@@ -110,7 +110,7 @@ class Proxy:
 
     url: str
     activator: StubActivator
-    catalog: StubCatalog
+    catalog: StubCatalog | Catalog
     server: ProxyServer
     session: aiohttp.ClientSession
     registry: CollectorRegistry
@@ -124,10 +124,11 @@ async def make_proxy(fake: FakeOpenAI) -> AsyncIterator[ProxyFactory]:
     started: list[Proxy] = []
 
     async def factory(config: ProxyConfig | None = None, *, metrics: ProxyMetrics | None = None,
-                      tracer: ProxyTracer | None = None, **overrides: object) -> Proxy:
+                      tracer: ProxyTracer | None = None, catalog: Catalog | None = None,
+                      registry: CollectorRegistry | None = None, **overrides: object) -> Proxy:
         cfg = replace(config or ProxyConfig(shutdown_drain_delay=0.0, loading_comment_interval=0.05), **overrides)
         activator = StubActivator(base_url=fake.base_url)
-        catalog, registry = StubCatalog(DEFAULT_VIEWS), CollectorRegistry()
+        catalog, registry = catalog or StubCatalog(DEFAULT_VIEWS), registry or CollectorRegistry()
         app = create_app(cfg, activator, catalog, registry=registry, metrics=metrics, tracer=tracer)
         server = ProxyServer(app, cfg)
         port = await server.start("127.0.0.1", 0)
