@@ -154,3 +154,16 @@ async def test_auto_tick_fires_deadlines_on_the_real_clock(engine: RecordingEngi
         with pytest.raises(ColdStartTimeoutError):
             await asyncio.wait_for(d.acquire(key("a")), 5)
         engine.open(A)
+
+
+async def test_one_name_in_two_namespaces_each_key_starts_and_grants_its_own_model(
+        engine: RecordingEngine, clock: FakeClock) -> None:
+    chat = make_model("chat")
+    team_b = chat.model_copy(update={"metadata": chat.metadata.model_copy(update={"namespace": "team-b"})})
+    async with Dispatcher(engine, [chat, team_b], policy=POLICY, clock=clock, auto_tick=False) as d:
+        grant = await d.acquire(key("team-b/chat"))
+        assert grant.model == "team-b/chat" and grant.model.namespace == "team-b"
+        assert [c for c in engine.calls if c[0] == "start"] == [("start", "team-b/chat")]
+        grant.release()
+        assert await d.preload(key("default/chat"), wait=True, timeout=5) == "Ready"
+        assert {s.key: s.phase for s in d.snapshot()} == {"default/chat": "Ready", "team-b/chat": "Ready"}
