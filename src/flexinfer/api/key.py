@@ -8,7 +8,8 @@ again, so a name used in two namespaces can never be confused.
 The key *is* its canonical text (a ``str`` subclass): it compares and hashes equal to ``"namespace/name"``, so
 dictionaries keyed by that text, JSON bodies, annotations and log lines keep working unchanged, while type
 hints say where a resolved key (not a client's name) is required. Kubernetes names cannot contain ``/``, so
-the text splits unambiguously. Built by ``NamedResource.key`` (``flexinfer.api.base``) and ``parse``.
+the text splits unambiguously. Built by ``NamedResource.key`` (``flexinfer.api.base``, so the other namespaced
+resources get the same value) and ``parse``.
 """
 
 from __future__ import annotations
