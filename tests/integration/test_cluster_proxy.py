@@ -213,8 +213,9 @@ async def test_unknown_and_parked_models_are_404(cluster: tuple[Manager, Cluster
     assert listed == ["shown"]
     async with aiohttp.ClientSession() as session, session.get(f"{proxy.url}/metrics") as page:
         text = await page.text()
-    assert 'flexinfer_proxy_requests_total{model="hidden",status="parked"} 1.0' in text
-    assert 'flexinfer_proxy_requests_total{model="",status="error"} 1.0' in text
+    hidden = f'model="hidden",namespace="{manager.ns}"'
+    assert 'flexinfer_proxy_requests_total{' + hidden + ',status="parked"} 1.0' in text
+    assert 'flexinfer_proxy_requests_total{model="",namespace="",status="error"} 1.0' in text
 
 
 async def test_a_models_series_exist_at_zero_while_the_proxy_knows_it(

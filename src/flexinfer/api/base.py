@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.units import parse_duration, parse_quantity
 
 GROUP = "ai.flexinfer"
@@ -134,6 +135,6 @@ class NamedResource:
         return self.metadata.namespace
 
     @property
-    def key(self) -> str:
+    def key(self) -> ModelKey:
         """``namespace/name``: the resource's identity across engines."""
-        return f"{self.metadata.namespace}/{self.metadata.name}"
+        return ModelKey(self.metadata.namespace, self.metadata.name)
