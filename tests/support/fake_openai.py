@@ -39,7 +39,10 @@ class Script:
     health_path: str = "/health"
     model_name: str = "fake-model"
     status: int = 200
-    """Non-200 → every API call answers this status with an OpenAI error body."""
+    """Non-200 → every API call answers this status with an OpenAI error body (or ``error_body``)."""
+    error_body: bytes | None = None
+    """With ``status``: the raw error body to answer instead (hostile shapes: plain text, tracebacks…)."""
+    error_content_type: str = "application/json"
 
 
 @dataclass
@@ -106,12 +109,14 @@ class FakeOpenAI:
 
     async def _echo(self, request: web.Request) -> web.Response:
         body = await self._record(request)
+        if self.script.status != 200:
+            return self._error()
         return web.json_response({"path": request.path_qs, "method": request.method, "model": body.get("model")})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         if self.script.status != 200:
-            return _error(self.script.status)
+            return self._error()
         if body.get("stream"):
             return await self._stream(request, body, chat=True)
         text = "".join(tokens(self.script.chunks))
@@ -132,7 +137,7 @@ class FakeOpenAI:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         if self.script.status != 200:
-            return _error(self.script.status)
+            return self._error()
         if body.get("stream"):
             return await self._stream(request, body, chat=False)
         choice = {"index": 0, "text": "".join(tokens(self.script.chunks)), "finish_reason": "stop"}
@@ -141,7 +146,7 @@ class FakeOpenAI:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await self._record(request)
         if self.script.status != 200:
-            return _error(self.script.status)
+            return self._error()
         item = {"object": "embedding", "index": 0, "embedding": [0.25, 0.5, 0.75]}
         return web.json_response({"object": "list", "data": [item], "model": body.get("model"),
                                   "usage": {"prompt_tokens": 1, "total_tokens": 1}})
@@ -172,6 +177,12 @@ class FakeOpenAI:
                 await asyncio.sleep(self.script.chunk_interval)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+
+    def _error(self) -> web.Response:
+        if self.script.error_body is None:
+            return _error(self.script.status)
+        return web.Response(status=self.script.status, body=self.script.error_body,
+                            headers={"Content-Type": self.script.error_content_type})
 
     def _crash(self, request: web.Request) -> None:
         if self.script.exit_on_crash:

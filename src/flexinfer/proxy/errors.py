@@ -1,15 +1,18 @@
 """The one mapping from ``RequestError`` to the OpenAI error envelope, as JSON or as an SSE error event.
 
-``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` on 429/503. Used by the proxy's
-error middleware (``app.py``) and by the streaming paths (``streaming.py``, ``forwarding.py``) once a
-response has already started. Also defines the edge-only errors (unknown route, wrong method) the core
-hierarchy does not need.
+``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` on 429/503 and ``Allow`` on 405.
+Every text field is made safe to echo: bounded (``MAX_ECHO`` characters, so a 1 MB model name is not sent
+back whole) and valid UTF-8 (lone surrogates, from a JSON ``\\ud800`` escape or undecodable header bytes,
+become backslash-escaped text). Used by the proxy's error middleware (``app.py``) and by the streaming paths
+(``streaming.py``, ``forwarding.py``) once a response has already started. Also defines the edge-only errors
+(unknown route, wrong method) the core hierarchy does not need.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 from aiohttp import web
 
@@ -22,10 +25,18 @@ class RouteNotFoundError(RequestError):
     status, type, code = 404, "invalid_request_error", "unknown_url"
 
 
+MAX_ECHO = 1024
+"""Characters of any error text sent back (messages echo client input such as model names and paths)."""
+
+
 class MethodNotAllowedError(RequestError):
-    """The route exists but not for this HTTP method."""
+    """The route exists but not for this HTTP method; ``allow`` fills the ``Allow`` header."""
 
     status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+    def __init__(self, method: str, path: str, allow: Iterable[str]) -> None:
+        self.allow = tuple(sorted(allow))
+        super().__init__(f"Method {method} not allowed on {path} (allowed: {', '.join(self.allow)})")
 
 
 class ModelParkedError(ModelNotFoundError):
@@ -51,18 +62,27 @@ class InternalError(RequestError):
         super().__init__("internal proxy error")
 
 
+def echo_safe(text: str, limit: int = MAX_ECHO) -> str:
+    """``text`` bounded to ``limit`` characters and encodable as UTF-8 (see the module docstring)."""
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
 def envelope(error: RequestError) -> dict[str, object]:
-    """The OpenAI error body for ``error``."""
+    """The OpenAI error body for ``error`` (every text field passed through ``echo_safe``)."""
     return {"error": {
-        "message": str(error) or error.code,
-        "type": error.type,
-        "param": error.param,
-        "code": error.code,
+        "message": echo_safe(str(error) or str(error.code)),
+        "type": echo_safe(error.type),
+        "param": None if error.param is None else echo_safe(error.param),
+        "code": None if error.code is None else echo_safe(error.code),
     }}
 
 
 def error_headers(error: RequestError) -> dict[str, str]:
-    """``Retry-After`` (whole seconds, rounded up) for errors that carry one on 429/503."""
+    """``Retry-After`` (whole seconds, rounded up) for errors that carry one on 429/503; ``Allow`` on 405."""
+    if isinstance(error, MethodNotAllowedError):
+        return {"Allow": ", ".join(error.allow)}
     if error.retry_after is None or error.status not in (429, 503):
         return {}
     return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
