@@ -6,6 +6,7 @@ request (path, headers, JSON body) and ``cancelled`` is set when a client abando
 
     python -m support.fake_openai --port N [--startup-delay S] [--crash-at-start] [--crash-mid-stream]
         [--chunks K] [--chunk-interval T] [--health-path /health] [--model-name NAME] [--record FILE]
+        [--status N [--error-body-file FILE] [--error-content-type TYPE]]
 
 prints ``FAKE_OPENAI_PORT=<port>`` once listening (``--port 0`` picks a free port); with ``--record`` it appends
 one JSON line per API request (``method``, ``path``, lower-cased ``headers``, ``body``) to FILE. Used by the proxy
@@ -22,6 +23,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -233,12 +235,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--health-path", default="/health")
     parser.add_argument("--model-name", default="fake-model")
     parser.add_argument("--record", default=None, help="append each API request as a JSON line to this file")
+    parser.add_argument("--status", type=int, default=200, help="answer every API call with this status")
+    parser.add_argument("--error-body-file", default=None, help="with --status: the raw error body to send")
+    parser.add_argument("--error-content-type", default="text/plain")
     return parser.parse_args(argv)
 
 
 async def _serve(args: argparse.Namespace) -> None:
     script = Script(chunks=args.chunks, chunk_interval=args.chunk_interval, crash_mid_stream=args.crash_mid_stream,
-                    exit_on_crash=True, health_path=args.health_path, model_name=args.model_name)
+                    exit_on_crash=True, health_path=args.health_path, model_name=args.model_name, status=args.status,
+                    error_content_type=args.error_content_type, error_body=args.error_body)
     fake = FakeOpenAI(script, record_file=args.record)
     runner = web.AppRunner(fake.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
@@ -254,6 +260,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    args.error_body = Path(args.error_body_file).read_bytes() if args.error_body_file else None
     if args.startup_delay > 0:
         time.sleep(args.startup_delay)
     if args.crash_at_start:
