@@ -69,12 +69,15 @@ def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
     return manifests
 
 
+SERVE_PROXY_DEFAULTS: Mapping[str, str] = {"PROXY_SHUTDOWN_DRAIN_DELAY": "0s"}
+"""``PROXY_*`` defaults that differ under ``serve``: no load balancer to drain locally (the configuration
+reference shows these too)."""
+
+
 def local_proxy_config(env: Mapping[str, str]) -> ProxyConfig:
-    """``PROXY_*`` settings; locally there is no load balancer to drain, so the drain delay defaults to 0."""
-    config = proxy_config(env)
-    if not env.get("PROXY_SHUTDOWN_DRAIN_DELAY", "").strip():
-        config = replace(config, shutdown_drain_delay=0.0)
-    return config.validate()
+    """``PROXY_*`` settings, with ``SERVE_PROXY_DEFAULTS`` for the variables that are unset or blank."""
+    unset = {name: value for name, value in SERVE_PROXY_DEFAULTS.items() if not env.get(name, "").strip()}
+    return proxy_config({**env, **unset}).validate()
 
 
 @dataclass

@@ -166,7 +166,12 @@ class ProxyServer:
         """Listen on ``host:port`` (0 = a free port); return the bound port."""
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, host, port, backlog=1024)
-        await self._site.start()
+        try:
+            await self._site.start()
+        except BaseException:
+            await self._runner.cleanup()  # closes the upstream client session the start-up hooks opened
+            self._site = None
+            raise
         server = self._site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
