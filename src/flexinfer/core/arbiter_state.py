@@ -168,7 +168,7 @@ def backoff_error(slot: Slot, now: float) -> ModelFailedError:
     start may be tried, after how many failures, and why the last one failed."""
     left = max((slot.retry_at or now) - now, 0.0)
     failures = f"{slot.failures} failed start{'s' if slot.failures != 1 else ''}"
-    why = slot.last_error or "unknown error"
+    why = (slot.last_error or "").strip().splitlines()[0].rstrip(":") if slot.last_error else "unknown error"
     return failed_error(slot, f"restart backoff after {failures}, next start in {math.ceil(left)}s "
                               f"(last failure: {why})", left)
 

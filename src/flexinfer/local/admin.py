@@ -23,7 +23,13 @@ from typing import Protocol
 
 from aiohttp import web
 
-from flexinfer.core.errors import BadRequestError, ModelNotFoundError, RequestError, UnauthorizedError
+from flexinfer.core.errors import (
+    BadRequestError,
+    ModelNotFoundError,
+    RequestError,
+    UnauthorizedError,
+    echo_safe,
+)
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.logs import LogStore
 from flexinfer.runtime.dispatcher import ModelState
@@ -34,8 +40,8 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def error_body(error: RequestError) -> dict[str, object]:
-    """The OpenAI error envelope for ``error``."""
-    return {"error": {"message": str(error), "type": error.type, "param": error.param, "code": error.code}}
+    """The OpenAI error envelope for ``error`` (its message bounded and escaped: it echoes the model asked for)."""
+    return {"error": {"message": echo_safe(str(error)), "type": error.type, "param": error.param, "code": error.code}}
 
 
 def guarded(handler: Handler) -> Handler:

@@ -19,14 +19,13 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from flexinfer.core.errors import ModelNotFoundError, RequestError
+from flexinfer.core.errors import ModelNotFoundError, RequestError, echo_safe
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
 from flexinfer.proxy.errors import (
     InternalError,
     MethodNotAllowedError,
     RouteNotFoundError,
-    echo_safe,
     error_response,
 )
 from flexinfer.proxy.forwarding import Forwarder

@@ -1,11 +1,11 @@
 """The one mapping from ``RequestError`` to the OpenAI error envelope, as JSON or as an SSE error event.
 
 ``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` on 429/503 and ``Allow`` on 405.
-Every text field is made safe to echo: bounded (``MAX_ECHO`` characters, so a 1 MB model name is not sent
-back whole) and valid UTF-8 (lone surrogates, from a JSON ``\\ud800`` escape or undecodable header bytes,
-become backslash-escaped text). Used by the proxy's error middleware (``app.py``) and by the streaming paths
-(``streaming.py``, ``forwarding.py``) once a response has already started. Also defines the edge-only errors
-(unknown route, wrong method) the core hierarchy does not need.
+Every text field is made safe to echo (``core.errors.echo_safe``): bounded, so a 1 MB model name is not sent
+back whole, and valid UTF-8 (lone surrogates become backslash-escaped text). Used by the proxy's error
+middleware (``app.py``) and by the streaming paths (``streaming.py``, ``forwarding.py``) once a response has
+already started. Also defines the edge-only errors (unknown route, wrong method) the core hierarchy does not
+need.
 """
 
 from __future__ import annotations
@@ -16,17 +16,13 @@ from collections.abc import Iterable
 
 from aiohttp import web
 
-from flexinfer.core.errors import ModelNotFoundError, RequestError
+from flexinfer.core.errors import ModelNotFoundError, RequestError, echo_safe
 
 
 class RouteNotFoundError(RequestError):
     """No proxy route matches the path."""
 
     status, type, code = 404, "invalid_request_error", "unknown_url"
-
-
-MAX_ECHO = 1024
-"""Characters of any error text sent back (messages echo client input such as model names and paths)."""
 
 
 class MethodNotAllowedError(RequestError):
@@ -60,13 +56,6 @@ class InternalError(RequestError):
 
     def __init__(self) -> None:
         super().__init__("internal proxy error")
-
-
-def echo_safe(text: str, limit: int = MAX_ECHO) -> str:
-    """``text`` bounded to ``limit`` characters and encodable as UTF-8 (see the module docstring)."""
-    if len(text) > limit:
-        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
-    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 def envelope(error: RequestError) -> dict[str, object]:

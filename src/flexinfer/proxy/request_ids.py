@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flexinfer.proxy.errors import echo_safe
+from flexinfer.core.errors import echo_safe
 
 REQUEST_ID_HEADER = "X-Request-ID"
 MAX_CLIENT_ID = 128

@@ -4,8 +4,11 @@ restart-backoff 503 seen by the official ``openai`` client, and ``serve``'s own 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,3 +113,11 @@ def test_serve_drain_delay_default_is_documented_as_used() -> None:
     doc = (ROOT / "docs" / "CONFIGURATION.md").read_text()
     assert "| `PROXY_SHUTDOWN_DRAIN_DELAY` | `5s` (`serve`: `0s`) |" in doc
 
+
+
+def test_admin_errors_do_not_echo_huge_names(serve: ServeProcess) -> None:
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{serve.url}/admin/logs/{'x' * 5000}", timeout=10)
+    assert caught.value.code == 404
+    message = json.loads(caught.value.read())["error"]["message"]
+    assert len(message) < 1200 and "more characters" in message
