@@ -4,9 +4,10 @@
 the launch or the rendering rejects (``command``/``args``/``env``/``healthPath`` shapes, a ``startupTimeout``
 that is not a duration, an unknown ``runtimeProfile``) and client-facing names (``spec.litellm`` served name
 and aliases) claimed by two models or shadowing another model's name. ``machine_problems`` finds what would
-fail when a ``file://`` model is started here: missing weights, no installed backend (other sources are for
-the Kubernetes engine and are not checked against this machine). Every problem names the file and line of
-the field (``Manifest.problem``); one naming another model names that model's file and line too.
+fail when a ``file://`` model is started here: missing weights, no installed backend, a server program that is
+not on ``PATH`` (other sources are for the Kubernetes engine and are not checked against this machine). Every
+problem names the file and line of the field (``Manifest.problem``); one naming another model names that
+model's file and line too.
 
 ``validate`` runs both (``--offline`` skips the machine checks) and fails on any problem; ``render`` runs
 ``manifest_problems`` and fails; ``serve`` runs both (reporting non-``file://`` sources too) and logs each
@@ -68,9 +69,14 @@ def machine_problems(manifests: Sequence[Manifest], installed: Availability, bas
             problems.append(manifest.problem("spec.source", _without_model(exc, model), shown_path=""))
             continue
         try:
-            plan_launch(model, str(path), 0, "127.0.0.1", installed)
+            plan = plan_launch(model, str(path), 0, "127.0.0.1", installed)
         except EngineError as exc:
             problems.append(manifest.problem("spec.backend", _without_model(exc, model), shown_path=""))
+            continue
+        program = plan.argv[0]
+        if not (installed.which(program) if "/" not in program else Path(program).is_file()):
+            problems.append(manifest.problem("spec.config.command", f"cannot start {program!r} ({plan.origin}): "
+                                             "no such program on PATH", shown_path=""))
     return problems
 
 

@@ -11,10 +11,12 @@ from support.local_processes import make_model
 
 
 class Nothing:
+    """Only a ``srv`` program is installed."""
+
     python = "/py"
 
     def which(self, name: str) -> str | None:
-        return None
+        return "/bin/srv" if name == "srv" else None
 
     def has_module(self, name: str) -> bool:
         return False
@@ -29,14 +31,16 @@ def test_problems_name_each_model_and_field(tmp_path: Path) -> None:
         make_model("gone", (tmp_path / "gone.gguf").as_uri(), {"command": ["srv"]}),
         make_model("nobackend", weights.as_uri()),
         make_model("badargs", weights.as_uri(), {"args": "--ctx 5"}),
+        make_model("noprogram", weights.as_uri(), {"command": ["my-server", "{port}"]}),
     ]
     manifests = [Manifest(model, "m.yaml", index) for index, model in enumerate(models)]
     problems = check_manifests(manifests, Nothing(), tmp_path, every_source=True)
-    assert [p.document for p in problems] == [4, 1, 2, 3]
+    assert [p.document for p in problems] == [4, 1, 2, 3, 5]
     assert problems[0].message.startswith("spec.config.args must be a list of strings")
     assert "local mode cannot fetch" in problems[1].message
     assert "weights not found" in problems[2].message
     assert "no llamacpp backend is installed" in problems[3].message
+    assert problems[4].message == "cannot start 'my-server' (spec.config.command): no such program on PATH"
 
 
 def test_offline_skips_the_machine_checks(tmp_path: Path) -> None:
