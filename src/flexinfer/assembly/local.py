@@ -130,9 +130,13 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     proxy_cfg = local_proxy_config(env)
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
                          queue_limit=proxy_cfg.max_queue_size)
-    installed = SystemAvailability(path=env.get("PATH"))
-    for problem in check_manifests(manifests, installed, local.engine.base_dir, every_source=True):
-        log.warning("%s (the other models are served)", problem)
+    problems = check_manifests(manifests, SystemAvailability(path=env.get("PATH")), local.engine.base_dir,
+                               every_source=True)
+    if problems:
+        log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
+                    "when activated, the others are served:", len(problems))
+    for problem in problems:
+        log.warning("%s", problem)
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
     engine = LocalEngine(local.engine, stager=flash_stage)
     dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing))

@@ -42,8 +42,9 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     process.stop()
 
 
-def test_serve_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
-    code, log = _run("serve", "-f", str(tmp_path), "--port", "99999")
+@pytest.mark.parametrize("command", [["serve", "-f", "."], ["proxy"]])
+def test_port_out_of_range_is_a_usage_error(command: list[str]) -> None:
+    code, log = _run(*command, "--port", "99999")
     assert code == 2 and "--port: must be a TCP port from 0 to 65535, got 99999" in log
 
 
