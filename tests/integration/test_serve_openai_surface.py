@@ -4,6 +4,7 @@ relayed without internals, and malformed HTTP answered 400 with one log line (no
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import uuid
@@ -70,3 +71,31 @@ def test_openai_surface_of_a_running_serve(tmp_path: Path) -> None:
         serve.stop()
     assert "Traceback" not in serve.log, serve.log
     assert serve.log.count("rejected a malformed request") == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                    reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)")
+def test_llama_cpp_model_accepts_any_client_request_id_and_unknown_model_routes(tmp_path: Path) -> None:
+    """llama.cpp's server answers 400 with an empty body to a non-UUID request id, and 404 with FastAPI's
+    ``{"detail": ...}`` to an unknown path: through the proxy both are fine for the official client."""
+    from support.tiny_gguf import write_tiny_gguf
+
+    weights = write_tiny_gguf(tmp_path / "tiny" / "model.gguf", seed=0)
+    doc = model_manifest("tiny", weights, config={"args": ["--n_ctx", "512", "--n_threads", "1"]})
+    serve = ServeProcess.start(write_manifests(tmp_path / "m" / "m.yaml", [doc]).parent,
+                               serve_env(tmp_path / "state"))
+    try:
+        client = openai.OpenAI(base_url=serve.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for rid in ("abc", "", "x" * 300, str(uuid.uuid4())):
+            raw = client.chat.completions.with_raw_response.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                extra_headers={"X-Request-ID": rid})
+            assert raw.parse().choices[0].finish_reason is not None
+            used = raw.headers["X-Request-ID"]
+            assert used == rid if rid.count("-") == 4 else str(uuid.UUID(used)) == used
+        with pytest.raises(openai.NotFoundError) as caught:
+            client.post("/nothing/here", cast_to=object, body={"model": "tiny"})
+        assert caught.value.body["message"].startswith("model server answered 404")  # type: ignore[index]
+    finally:
+        serve.stop()
+    assert "Traceback" not in serve.log
