@@ -22,12 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from flexinfer.core.errors import ModelNotFoundError, RequestError, echo_safe
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
-from flexinfer.proxy.errors import (
-    InternalError,
-    MethodNotAllowedError,
-    RouteNotFoundError,
-    error_response,
-)
+from flexinfer.proxy.errors import InternalError, MethodNotAllowedError, RouteNotFoundError, error_response
 from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.handler import ProxyHandler
 from flexinfer.proxy.hooks import NullMetrics, NullTracer, ProxyMetrics, ProxyTracer
