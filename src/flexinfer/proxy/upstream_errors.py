@@ -23,7 +23,7 @@ MAX_MESSAGE = 512
 """Characters of the upstream message kept."""
 
 _TRACEBACK_NOISE = re.compile(
-    r"^\s*(Traceback \(most recent call last\):|File \".*\", line \d+.*|at \S+\s*\(.*\)|at \S+:\d+.*|\^+\s*|"
+    r"^\s*(Traceback \(most recent call last\):|File \".*\", line \d+.*|at \S+\s*\(.*\)|at \S+:\d+.*|[\^~]+\s*|"
     r"During handling of the above exception.*|The above exception was the direct cause.*)$"
 )
 _PATH = re.compile(r"(?<![\w:/.])(?:[A-Za-z]:\\|~?/)(?:[\w.@+-]+[/\\])+[\w.@+-]*")
