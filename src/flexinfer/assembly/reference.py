@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from flexinfer.assembly.local import SERVE_PROXY_DEFAULTS
 from flexinfer.core import controller_defaults
 from flexinfer.core.envvalues import EnvVar
 from flexinfer.flashloader import config as flash_config
@@ -47,16 +48,21 @@ GROUPS: dict[str, EnvGroup] = {
 
 @dataclass(frozen=True)
 class Component:
-    """One command and the environment groups it reads."""
+    """One command, the environment groups it reads, and the defaults it sets differently."""
 
     command: str
     summary: str
     groups: tuple[str, ...]
+    defaults: Mapping[str, str] = field(default_factory=dict)
+
+    def default(self, var: EnvVar) -> str:
+        """The default of ``var`` under this command."""
+        return self.defaults.get(var.name, var.default)
 
 
 COMPONENTS: tuple[Component, ...] = (
     Component("serve", "Single-machine mode: local model servers behind the proxy (the default engine).",
-              ("local", "proxy", "tracing")),
+              ("local", "proxy", "tracing"), SERVE_PROXY_DEFAULTS),
     Component("manager", "The Kubernetes operator.", ("manager", "defaults", "tracing")),
     Component("proxy", "The in-cluster OpenAI-compatible proxy.", ("cluster", "proxy", "tracing")),
     Component("flash-load", "The weight-staging program (the `flash-loader` init container).", ("flash",)),
@@ -160,12 +166,19 @@ def render_markdown(parsers: dict[str, argparse.ArgumentParser], values_file: Pa
         users = ", ".join(f"`{c.command}`" for c in COMPONENTS if key in c.groups)
         out += ["", f"### {group.title}", "", f"Read by {users}.", "", "| variable | default | meaning |",
                 "|---|---|---|"]
-        out += [f"| `{v.name}` | {_code(v.default)} | {v.description} |" for v in group.table]
+        out += [f"| `{v.name}` | {_default_cell(v, key)} | {v.description} |" for v in group.table]
     if values_file is not None:
         out += ["", "## Helm values (`charts/flexinfer/values.yaml`)", "", "| key | default | meaning |",
                 "|---|---|---|"]
         out += [f"| `{v.key}` | {_code(v.default)} | {v.description} |" for v in helm_values(values_file)]
     return "\n".join(out) + "\n"
+
+
+def _default_cell(var: EnvVar, group: str) -> str:
+    """The default, plus the commands that use another one (``5s`` (`serve`: ``0s``))."""
+    others = [f"`{c.command}`: {_code(c.default(var))}" for c in COMPONENTS
+              if group in c.groups and c.default(var) != var.default]
+    return _code(var.default) + (f" ({'; '.join(others)})" if others else "")
 
 
 def _code(text: str) -> str:
@@ -184,7 +197,7 @@ def reference_text(commands: Sequence[str], values_file: Path | None) -> str:
             for var in GROUPS[key].table:
                 if var.name not in seen:
                     seen.add(var.name)
-                    out.append(f"  {var.name}={var.default}  {var.description}")
+                    out.append(f"  {var.name}={component.default(var)}  {var.description}")
         out.append("")
     if values_file is not None:
         out.append("Helm values:")

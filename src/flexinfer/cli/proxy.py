@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 from flexinfer.assembly.proxy import run_proxy
+from flexinfer.cli.arguments import port_number
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,7 +26,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "FLEXINFER_PROXY_ALL_NAMESPACES, FLEXINFER_OTEL_ENABLED and OTEL_EXPORTER_OTLP_*.",
     )
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks a free port)")
+    parser.add_argument("--port", type=port_number, default=8080,
+                        help="listen port (default 8080; 0 picks a free port)")
     parser.add_argument("--kubeconfig", metavar="PATH", default=None,
                         help="kubeconfig file (default: $KUBECONFIG, the in-cluster service account, "
                              "then ~/.kube/config)")

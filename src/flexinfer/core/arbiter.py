@@ -21,6 +21,7 @@ from flexinfer.core.arbiter_state import (
     Ticket,
     activation_failure_effect,
     activation_success_effects,
+    backoff_error,
     challenger,
     failed_error,
     first_choice,
@@ -120,7 +121,7 @@ class Arbiter:
             return self._reject_new(event, ModelNotFoundError(key))
         slot.last_active, slot.held_off = now, False
         if slot.backing_off(now):
-            return self._reject_new(event, failed_error(slot, "restart backoff", (slot.retry_at or now) - now))
+            return self._reject_new(event, backoff_error(slot, now))
         if slot.servable:
             self.tickets[event.ticket] = Ticket(event.ticket, key, now, now, granted=True)
             slot.in_flight.add(event.ticket)
@@ -198,7 +199,7 @@ class Arbiter:
         slot.activation, slot.preempted_by = None, None
         slot.failures += 1
         backoff = self.policy.backoff(slot.failures)
-        slot.retry_at, slot.wanted = now + backoff, False
+        slot.retry_at, slot.wanted, slot.last_error = now + backoff, False, error
         self._phase(slot, FAILED, reason)
         for ticket in list(slot.queue.values()):
             self._reject(slot, ticket, failed_error(slot, error, backoff))

@@ -6,6 +6,7 @@ reads over slots (the rules are written out in docs/design/swapping.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +53,8 @@ class Slot:
     held_off: bool = False
     failures: int = 0
     retry_at: float | None = None
+    last_error: str | None = None
+    """Why the last start failed (for the backoff rejection's message)."""
     last_swap: float | None = None
     removed: bool = False
 
@@ -159,6 +162,16 @@ def failed_error(slot: Slot, error: str, retry_after: float) -> ModelFailedError
     err = ModelFailedError(f"Failed to activate model '{slot.model.name}': {error}")
     err.retry_after = max(retry_after, 1.0)
     return err
+
+
+def backoff_error(slot: Slot, now: float) -> ModelFailedError:
+    """The error for a request that arrives while a failed model waits out its restart backoff: when the next
+    start may be tried, after how many failures, and why the last one failed."""
+    left = max((slot.retry_at or now) - now, 0.0)
+    failures = f"{slot.failures} failed start{'s' if slot.failures != 1 else ''}"
+    why = (slot.last_error or "").strip().splitlines()[0].rstrip(":") if slot.last_error else "unknown error"
+    return failed_error(slot, f"restart backoff after {failures}, next start in {math.ceil(left)}s "
+                              f"(last failure: {why})", left)
 
 
 def activation_success_effects(slot: Slot, activation: Activation, now: float) -> list[Effect]:

@@ -21,7 +21,8 @@
     └── EngineError                     an engine could not start/stop a model server
 
 Edges map them: the proxy to the OpenAI error envelope, the operator to kopf Temporary/Permanent errors,
-the CLI to one line on stderr and exit code 1.
+the CLI to one line on stderr and exit code 1. ``echo_safe`` bounds and escapes any error text an HTTP edge
+sends back.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ __all__ = [
     "ModelFailedError", "ModelNotFoundError", "PayloadTooLargeError", "QueueFullError", "RateLimitedError",
     "RequestError", "ShuttingDownError", "StagingError", "UnauthorizedError", "UpstreamError",
 ]
+
+
+MAX_ECHO = 1024
+"""Characters of any error text sent back to a client (messages echo client input: model names, paths)."""
+
+
+def echo_safe(text: str, limit: int = MAX_ECHO) -> str:
+    """``text`` bounded to ``limit`` characters and encodable as UTF-8 (lone surrogates, from a JSON
+    ``\\ud800`` escape or undecodable header bytes, become backslash-escaped text): safe to send back."""
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 class ConfigError(FlexInferError):

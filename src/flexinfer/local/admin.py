@@ -4,7 +4,8 @@ Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_loc
 
 - ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
   endpoint, last_swap_age, draining, pid}]}``
-- ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...]}`` (the server's captured output)
+- ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...], "started": bool}`` (the server's captured
+  output; ``started`` is false when the model has not run since ``serve`` started)
 - ``POST /admin/models/{model}/load[?wait=true]`` / ``POST /admin/models/{model}/unload`` →
   ``{"model": key, "phase": ...}``
 
@@ -24,7 +25,13 @@ from typing import Protocol
 from aiohttp import web
 
 from flexinfer.api.key import ModelKey
-from flexinfer.core.errors import BadRequestError, ModelNotFoundError, RequestError, UnauthorizedError
+from flexinfer.core.errors import (
+    BadRequestError,
+    ModelNotFoundError,
+    RequestError,
+    UnauthorizedError,
+    echo_safe,
+)
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.logs import LogStore
 from flexinfer.runtime.dispatcher import ModelState
@@ -35,8 +42,8 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def error_body(error: RequestError) -> dict[str, object]:
-    """The OpenAI error envelope for ``error``."""
-    return {"error": {"message": str(error), "type": error.type, "param": error.param, "code": error.code}}
+    """The OpenAI error envelope for ``error`` (its message bounded and escaped: it echoes the model asked for)."""
+    return {"error": {"message": echo_safe(str(error)), "type": error.type, "param": error.param, "code": error.code}}
 
 
 def guarded(handler: Handler) -> Handler:
@@ -112,7 +119,8 @@ class AdminApi:
         tail = request.query.get("tail", str(DEFAULT_TAIL))
         if not tail.isdigit() or int(tail) > MAX_TAIL:
             raise BadRequestError(f"tail must be an integer between 0 and {MAX_TAIL}", param="tail")
-        return web.json_response({"model": key, "lines": self.logs.tail(key, int(tail)) or []})
+        lines = self.logs.tail(key, int(tail))
+        return web.json_response({"model": key, "lines": lines or [], "started": lines is not None})
 
     async def load(self, request: web.Request) -> web.Response:
         self._check(request)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 
 from aiohttp import web
 
@@ -29,6 +28,7 @@ from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, Model
 from flexinfer.proxy.forwarding import Forwarder, upstream_headers
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
 from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
+from flexinfer.proxy.request_ids import REQUEST_ID_HEADER, RequestId, request_id
 from flexinfer.proxy.routing import (
     MODEL_HEADER,
     WORKLOAD_CLASS_HEADER,
@@ -42,6 +42,7 @@ from flexinfer.proxy.streaming import Reply
 from flexinfer.runtime.ports import Activator, Catalog, ModelView
 
 log = logging.getLogger(__name__)
+REQUEST_ID_KEY = web.RequestKey("flexinfer_request_id", RequestId)
 ROUTE_IN_THREAD_BYTES = 1 << 20
 """Bodies at least this large are parsed for the model name off the event loop (a 25 MB audio form or a
 long JSON prompt would otherwise stall every other request for tens of milliseconds)."""
@@ -89,10 +90,12 @@ class ProxyHandler:
         """Answer one proxied request (the route handler)."""
         started = time.perf_counter()
         trace = self._tracer.start_request(request.method, route_template(request), request.headers)
-        request_id = request.headers.get("X-Request-ID") or uuid.uuid4().hex
-        reply, outcome = Reply(request, {"X-Request-ID": request_id}), _Outcome()
+        rid = request[REQUEST_ID_KEY] = request_id(request.headers)
+        reply, outcome = Reply(request, {REQUEST_ID_HEADER: rid.value}), _Outcome()
         trace.set_attribute("url.path", request.path)
-        trace.set_attribute("request.id", request_id)
+        trace.set_attribute("request.id", rid.value)
+        if rid.client_value is not None:
+            trace.set_attribute("request.client_id", rid.client_value)
         self._drain.enter()
         try:
             return await self._answer(request, reply, trace, outcome)
@@ -152,6 +155,7 @@ class ProxyHandler:
     async def _forward(self, request: web.Request, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,
                        view: ModelView, body: bytes, base_url: str) -> None:
         headers = upstream_headers(request.headers, self._dropped_headers)
+        headers[REQUEST_ID_HEADER] = request[REQUEST_ID_KEY].value
         new_body = rewrite_body(body, routed.payload, view.served_model_name)
         url = base_url.rstrip("/") + routed.upstream_path
         await self._forwarder.relay(reply, method=request.method, url=url, headers=headers, body=new_body,

@@ -202,7 +202,8 @@ def test_proxy_declares_every_bounded_series_at_zero_and_drops_them_with_the_mod
     for status in REQUEST_STATUSES:
         assert value(registry, "flexinfer_proxy_requests_total", model="a", namespace="default", status=status) == 0
     for result in ("success", "failure"):
-        assert value(registry, "flexinfer_proxy_activation_duration_seconds_count", model="a", namespace="default", result=result) == 0
+        assert value(registry, "flexinfer_proxy_activation_duration_seconds_count", model="a", namespace="default",
+                     result=result) == 0
     for scope in ("model", "global"):
         assert value(registry, "flexinfer_proxy_rate_limited_total", model="a", namespace="default", scope=scope) == 0
     for name in ("flexinfer_proxy_request_duration_seconds_count", "flexinfer_proxy_queue_wait_duration_seconds_count",
@@ -210,7 +211,8 @@ def test_proxy_declares_every_bounded_series_at_zero_and_drops_them_with_the_mod
                  "flexinfer_proxy_queue_depth", "flexinfer_proxy_active_connections"):
         assert value(registry, name, model="a", namespace="default") == 0, name
     assert value(registry, "flexinfer_proxy_requests_total", model="", namespace="", status="error") == 0
-    assert value(registry, "flexinfer_proxy_request_duration_seconds_bucket", model="a", namespace="default", le="600.0") == 0
+    a = {"model": "a", "namespace": "default"}
+    assert value(registry, "flexinfer_proxy_request_duration_seconds_bucket", **a, le="600.0") == 0
     proxy.declare_models([])
     assert not series(registry, 'model="a"')
 
