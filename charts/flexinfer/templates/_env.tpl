@@ -108,3 +108,29 @@ before forwarding (docs/tracing.md). Nothing for the default (true, the program'
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+A container's env: the chart-set entries (`base`, rendered YAML), then the user's `extra` list. An `extra`
+entry naming a chart-set variable replaces it (the user's value wins; no duplicate names, which
+server-side apply refuses); `extra` naming one variable twice fails the render.
+Called as (dict "base" <yaml> "extra" <list> "key" "controller.extraEnv").
+*/}}
+{{- define "flexinfer.env.merged" -}}
+{{- $extra := .extra | default list }}
+{{- $names := dict }}
+{{- range $extra }}
+{{- if hasKey $names .name }}
+{{- fail (printf "%s names %s twice; give each variable once" $.key .name) }}
+{{- end }}
+{{- $_ := set $names .name true }}
+{{- end }}
+{{- $env := list }}
+{{- range (.base | fromYamlArray) }}
+{{- if not (hasKey $names .name) }}
+{{- $env = append $env . }}
+{{- end }}
+{{- end }}
+{{- with concat $env $extra }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
