@@ -34,6 +34,7 @@ from flexinfer.core.envvalues import EnvVar, bool_word
 from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
+from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
 from flexinfer.kube.model_api import ModelApi
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
@@ -316,12 +317,13 @@ class ClusterSide:
         self.store = ModelStore()
         self.watcher = ModelWatcher(api, self.store, settings.namespace)
         self.catalog = WatchCatalog(self.store)
-        self.demand = DemandSignal(api, self.store)
+        self.report = DemandReport(api, settings.identity)
+        self.demand = DemandSignal(self.report, self.store)
         self.engine = KubeEngine(self.store, self.demand, endpoint_override=settings.endpoint_override,
                                  cold_start_timeout=settings.cold_start_timeout)
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
-        self.reporter = InflightReporter(api, settings.identity)
-        self.marker = WaitMarker(api, self.store)
+        self.reporter = InflightReporter(self.report, api)
+        self.marker = WaitMarker(self.report, self.store)
         self.activator = DemandActivator(self.dispatcher, self.store, lookup=self.catalog.model, demand=self.demand,
                                          reporter=self.reporter, override=settings.endpoint_override,
                                          marker=self.marker)
@@ -334,7 +336,8 @@ class ClusterSide:
         """Start the watch, the dispatcher and the heartbeat; return once the first list is in the cache."""
         self.dispatcher.start()
         self._tasks = [asyncio.create_task(self.watcher.run(), name="flexinfer-model-watch"),
-                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat")]
+                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat"),
+                       asyncio.create_task(self.report.run(), name="flexinfer-demand-renew")]
         try:
             async with asyncio.timeout(sync_timeout):
                 await self.store.synced.wait()
@@ -345,7 +348,7 @@ class ClusterSide:
                               f"{self.watcher.last_error or 'no answer from the API server'}") from None
 
     async def close(self) -> None:
-        """Reject waiting requests, stop the dispatcher, the watch and background patches."""
+        """Reject waiting requests, stop the dispatcher, the watch and background writes; delete the reports."""
         await self.dispatcher.shutdown(drain_timeout=0.0)
         for task in self._tasks:
             task.cancel()
@@ -356,12 +359,13 @@ class ClusterSide:
         await self.reporter.clear_all()
         await self.demand.aclose()
         await self.marker.aclose()
+        await self.report.delete_all()
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
     EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false", "Serve Models of every namespace (names must be unique)."),
-    EnvVar("POD_NAME", "hostname-pid", "This replica's name in in-flight reports."),
+    EnvVar("POD_NAME", "hostname-pid", "This replica's name: its ModelDemand reports are named after it."),
     EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
     EnvVar("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", "false",
            "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),

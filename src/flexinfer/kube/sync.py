@@ -16,7 +16,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod, Service
 
-from flexinfer.kube.client import ModelResource
+from flexinfer.kube.client import ModelDemandResource, ModelResource
 from flexinfer.kube.store import Store
 
 ModelCacheResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelCache", "modelcaches")
@@ -28,6 +28,7 @@ KINDS: tuple[tuple[str, str, Any, dict[str, Any] | None], ...] = (
     ("Deployment", "apps/v1", Deployment, MANAGED_SELECTOR),
     ("Service", "v1", Service, MANAGED_SELECTOR),
     ("Pod", "v1", Pod, MANAGED_SELECTOR),
+    ("ModelDemand", "ai.flexinfer/v1alpha1", ModelDemandResource, None),
     ("Model", "ai.flexinfer/v1alpha2", ModelResource, None),
 )
 
