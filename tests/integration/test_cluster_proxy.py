@@ -9,14 +9,9 @@ patch to the request reaching the upstream is printed (watch-driven readiness; n
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
