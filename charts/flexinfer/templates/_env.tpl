@@ -19,6 +19,14 @@ Container environment for the manager and the proxy. The env names are the contr
       fieldPath: metadata.name
 {{- end }}
 
+{{/* POD_UID from the downward API: the proxy's ModelDemand report in its namespace is owned by its pod. */}}
+{{- define "flexinfer.env.podUid" -}}
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
+{{- end }}
+
 {{/* OpenTelemetry env: nothing unless observability.tracing.enabled. Used by BOTH components. */}}
 {{- define "flexinfer.env.tracing" -}}
 {{- with .Values.observability.tracing }}

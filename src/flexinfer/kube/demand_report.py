@@ -8,7 +8,10 @@ and living in that namespace, holds per Model name what ``DemandSignal`` (``last
 the ``spec`` of one left by an earlier run of the same pod (so no old wait or in-flight report revives).
 ``renew`` (every ``RENEW_INTERVAL``, from ``run``) keeps ``renewTime`` fresh while a report holds a wait
 or requests in flight, so the manager can tell a live replica from a dead one. ``delete_all`` removes the
-objects at shutdown. Built by ``flexinfer.kube.proxy_side``.
+objects at shutdown; the report in the pod's own namespace is also owned by the pod (``PodOwner``), so the
+garbage collector deletes it when the pod goes (owner references cannot cross namespaces: a report in
+another namespace outlives a crashed pod, inert once its ``renewTime`` is stale).
+A missing CRD is reported as such. Built by ``flexinfer.kube.proxy_side``.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flexinfer.api.modeldemand import API_VERSION, KIND, PROXY_LABEL
+from flexinfer.api.base import GROUP
+from flexinfer.api.modeldemand import API_VERSION, KIND, PLURAL, PROXY_LABEL
 from flexinfer.kube.demand import rfc3339, utc_now
 from flexinfer.kube.model_api import KubeApiError, ModelApi
 
@@ -33,6 +38,18 @@ LIVE_FIELDS = ("waitingSince", "inFlightAt")
 """Fields that only count while ``renewTime`` is fresh."""
 
 
+@dataclass(frozen=True)
+class PodOwner:
+    """The proxy pod, owner of its report in its own namespace."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, str]:
+        return {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": self.uid}
+
+
 def object_name(identity: str) -> str:
     """A valid object name (DNS label) for this replica's reports."""
     cleaned = re.sub(r"[^a-z0-9-]", "-", identity.lower())[:63].strip("-")
@@ -42,9 +59,10 @@ def object_name(identity: str) -> str:
 class DemandReport:
     """See the module docstring. ``write`` raises ``KubeApiError``; ``renew``/``delete_all`` only log."""
 
-    def __init__(self, api: ModelApi, identity: str, *, now: Callable[[], datetime] = utc_now,
-                 clock: Callable[[], float] = time.monotonic, renew_interval: float = RENEW_INTERVAL) -> None:
-        self._api, self._identity, self._now, self._clock = api, identity, now, clock
+    def __init__(self, api: ModelApi, identity: str, *, owner: PodOwner | None = None,
+                 now: Callable[[], datetime] = utc_now, clock: Callable[[], float] = time.monotonic,
+                 renew_interval: float = RENEW_INTERVAL) -> None:
+        self._api, self._identity, self._owner, self._now, self._clock = api, identity, owner, now, clock
         self._renew_interval = renew_interval
         self.name = object_name(identity)
         self._ready: set[str] = set()
@@ -85,12 +103,15 @@ class DemandReport:
             if namespace in self._ready:
                 return
             spec: dict[str, Any] = {"proxy": self._identity, "models": {}}
-            body = {"apiVersion": API_VERSION, "kind": KIND,
-                    "metadata": {"name": self.name, "namespace": namespace, "labels": {PROXY_LABEL: self.name}},
-                    "spec": spec}
+            metadata: dict[str, Any] = {"name": self.name, "namespace": namespace, "labels": {PROXY_LABEL: self.name}}
+            if self._owner is not None and self._owner.namespace == namespace:
+                metadata["ownerReferences"] = [self._owner.reference()]
             try:
-                await self._api.create_demand(namespace, body)
+                await self._api.create_demand(namespace, {"apiVersion": API_VERSION, "kind": KIND,
+                                                          "metadata": metadata, "spec": spec})
             except KubeApiError as exc:
+                if exc.status == 404:
+                    raise KubeApiError(f"the ModelDemand CRD ({PLURAL}.{GROUP}) is not installed: {exc}", 404) from None
                 if exc.status != 409:
                     raise
                 await self._api.replace_demand_spec(namespace, self.name, spec)

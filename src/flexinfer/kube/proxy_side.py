@@ -34,7 +34,7 @@ from flexinfer.core.envvalues import EnvVar, bool_word
 from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
-from flexinfer.kube.demand_report import DemandReport
+from flexinfer.kube.demand_report import DemandReport, PodOwner
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
 from flexinfer.kube.model_api import ModelApi
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
@@ -66,6 +66,11 @@ class ClusterProxySettings:
     """This replica's name in in-flight reports (``POD_NAME``)."""
     cold_start_timeout: float = 60.0
     queue_limit: int = 100
+    pod_namespace: str = ""
+    """The proxy pod's own namespace (``POD_NAMESPACE``), also in all-namespaces mode."""
+    pod_uid: str = ""
+    """The proxy pod's UID (``POD_UID``): its reports in ``pod_namespace`` are owned by the pod, so the
+    garbage collector deletes them with it; empty = no owner reference."""
 
 
 def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float = 60.0,
@@ -84,7 +89,7 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
                     "redirects traffic. This is for tests only; never enable it in production.")
     identity = proxy_identity(env.get("POD_NAME", ""), f"{socket.gethostname()}-{os.getpid()}")
     return ClusterProxySettings(None if all_namespaces else namespace, override, identity, cold_start_timeout,
-                                queue_limit)
+                                queue_limit, pod_namespace=namespace, pod_uid=env.get("POD_UID", "").strip())
 
 
 def dispatch_model(model: Model) -> Model:
@@ -317,7 +322,8 @@ class ClusterSide:
         self.store = ModelStore()
         self.watcher = ModelWatcher(api, self.store, settings.namespace)
         self.catalog = WatchCatalog(self.store)
-        self.report = DemandReport(api, settings.identity)
+        owner = PodOwner(settings.pod_namespace, settings.identity, settings.pod_uid) if settings.pod_uid else None
+        self.report = DemandReport(api, settings.identity, owner=owner)
         self.demand = DemandSignal(self.report, self.store)
         self.engine = KubeEngine(self.store, self.demand, endpoint_override=settings.endpoint_override,
                                  cold_start_timeout=settings.cold_start_timeout)
@@ -366,6 +372,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
     EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false", "Serve Models of every namespace (names must be unique)."),
     EnvVar("POD_NAME", "hostname-pid", "This replica's name: its ModelDemand reports are named after it."),
+    EnvVar("POD_UID", "unset", "This pod's UID: its ModelDemand in its own namespace is deleted with the pod."),
     EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
     EnvVar("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", "false",
            "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),

@@ -213,6 +213,7 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
     assert proxy_env(default_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
         "POD_NAME": POD_NAME,
+        "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
         "PROXY_QUEUE_TIMEOUT": "10m",
         "PROXY_COLD_START_TIMEOUT": "10m",
         "PROXY_MAX_QUEUE_SIZE": "100",

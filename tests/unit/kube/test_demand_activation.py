@@ -168,4 +168,6 @@ def test_settings_from_the_environment(caplog: pytest.LogCaptureFixture) -> None
     assert "POD_NAMESPACE is not set" in caplog.text
     assert cluster_proxy_settings({"FLEXINFER_PROXY_ALL_NAMESPACES": "true", "POD_NAMESPACE": "x"}).namespace is None
     assert cluster_proxy_settings({"FLEXINFER_PROXY_ENDPOINT_OVERRIDE": "true"}).endpoint_override
+    wide = cluster_proxy_settings({"FLEXINFER_PROXY_ALL_NAMESPACES": "true", "POD_NAMESPACE": "x", "POD_UID": "u"})
+    assert (wide.pod_namespace, wide.pod_uid) == ("x", "u")
     assert "tests only" in caplog.text

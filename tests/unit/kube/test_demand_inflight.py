@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.errors import ColdStartTimeoutError
 from flexinfer.core.model_status_plan import INFLIGHT_PREFIX, busy_proxies
 from flexinfer.kube import proxy_side
-from flexinfer.kube.demand_report import DemandReport
+from flexinfer.kube.demand_report import DemandReport, PodOwner
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.proxy_side import ClusterSide
@@ -184,3 +185,21 @@ def test_identity_is_a_valid_replica_name() -> None:
     assert proxy_identity("", "my host:123") == "my-host-123"
     assert len(proxy_identity("x" * 100, "")) == 63
     assert proxy_identity("---", "") == "flexinfer-proxy"
+
+
+async def test_the_report_in_the_pods_namespace_is_owned_by_the_pod_and_others_are_not() -> None:
+    api = FakeModelApi()
+    report = DemandReport(api, "proxy-a", owner=PodOwner("default", "proxy-a", "uid-1"))
+    await report.write("default", "m", {"lastActiveTime": "2026-01-01T00:00:00Z"})
+    await report.write("team-b", "m", {"lastActiveTime": "2026-01-01T00:00:00Z"})
+    assert api.demands["default/proxy-a"]["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "proxy-a", "uid": "uid-1"}]
+    assert "ownerReferences" not in api.demands["team-b/proxy-a"]["metadata"]
+
+
+async def test_a_missing_crd_is_named() -> None:
+    class NoCrd(FakeModelApi):
+        async def create_demand(self, namespace: str, body: Any) -> None:
+            raise KubeApiError("404 NotFound the server could not find the requested resource", 404)
+    with pytest.raises(KubeApiError, match=r"the ModelDemand CRD \(modeldemands.ai.flexinfer\) is not installed"):
+        await DemandReport(NoCrd(), "proxy-a").write("default", "m", {"lastActiveTime": None})
