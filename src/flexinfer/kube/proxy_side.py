@@ -6,9 +6,10 @@ the per-model request queue, the cold-start budget and in-flight accounting. ``D
 the watch cache into it: spec changes redeclare the model set, and a model that leaves Ready in the cluster
 (preempted, scaled down, deleted) is marked stopped so the next request activates it again.
 ``DemandActivator`` wraps the dispatcher's ``Activator``: it reports in-flight requests to the manager
-(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the API
-server refuses the first report (the model left Ready before our watch saw it) the request is not forwarded
-but waits for the model to be activated again. Requests that wait for an activation are counted by the
+(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the first
+report is refused (the API server has the model no longer Ready although our watch still does) the request
+is not forwarded but waits for the model to be activated again. Everything the proxy tells the manager
+goes into this replica's ``ModelDemand`` reports (``demand_report``); it never writes Models. Requests that wait for an activation are counted by the
 ``WaitMarker`` (``flexinfer.kube.wait_marker``), which publishes the oldest wait for the manager's
 starvation bound.
 ``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
