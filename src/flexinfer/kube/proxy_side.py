@@ -9,9 +9,9 @@ the watch cache into it: spec changes redeclare the model set, and a model that 
 (``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the first
 report is refused (the API server has the model no longer Ready although our watch still does) the request
 is not forwarded but waits for the model to be activated again. Everything the proxy tells the manager
-goes into this replica's ``ModelDemand`` reports (``demand_report``); it never writes Models. Requests that wait for an activation are counted by the
-``WaitMarker`` (``flexinfer.kube.wait_marker``), which publishes the oldest wait for the manager's
-starvation bound.
+goes into this replica's ``ModelDemand`` reports (``demand_report``); it never writes Models. Requests that
+wait for an activation are counted by the ``WaitMarker`` (``flexinfer.kube.wait_marker``), which
+publishes the oldest wait for the manager's starvation bound.
 ``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
 """
 

@@ -8,7 +8,8 @@ proxy left on the Model) into the election's starvation bound (``ElectionPolicy.
 writes only its own report, so replicas never race; one write per change, never one per request:
 
 - write when a waiting period starts (the first waiting request of this replica);
-- clear (``null``) when the cached Model is Ready, or when this replica has no waiting request left.
+- clear (``null``) when the cached Model is Ready or deleted, or when this replica has no waiting request
+  left.
 
 The period keeps its start while any request waits, even after the oldest one has timed out or been
 cancelled. One task per model sends the writes, so a clear never overtakes the write before it.
@@ -33,8 +34,8 @@ from flexinfer.kube.model_watch import ModelStore
 log = logging.getLogger(__name__)
 
 FIELD = "waitingSince"
-Step = tuple[Model, str | None]
-"""One write to send: the Model and the marker value (``None`` = clear)."""
+Step = tuple[str, str, str | None]
+"""One write to send: the Model's namespace and name and the marker value (``None`` = clear)."""
 
 
 class WaitMarker:
@@ -74,12 +75,9 @@ class WaitMarker:
         return len(self._waits.get(key, {}))
 
     def _changed(self, old: Model | None, new: Model | None) -> None:
-        if new is None:
-            key = old.key if old is not None else ""
-            self._written.pop(key, None)
-            return
-        if new.key in self._waits or new.key in self._written:
-            self._kick(new.key)
+        current = new if new is not None else old
+        if current is not None and (current.key in self._waits or current.key in self._written):
+            self._kick(current.key)
 
     def _kick(self, key: str) -> None:
         if key not in self._workers:
@@ -94,9 +92,9 @@ class WaitMarker:
 
     async def _send(self, key: str) -> None:
         while (step := self._next(key)) is not None:
-            model, value = step
+            namespace, name, value = step
             try:
-                await self._report.write(model.namespace, model.name, {FIELD: value})
+                await self._report.write(namespace, name, {FIELD: value})
             except KubeApiError as exc:
                 log.warning("cannot %s the wait marker of model %s: %s", "clear" if value is None else "write",
                             key, exc)
@@ -110,11 +108,12 @@ class WaitMarker:
     def _next(self, key: str) -> Step | None:
         """The write this replica's report needs now, if any (see the module docstring)."""
         model = self._store.get(key)
-        if model is None:
-            return None
         start = self._periods.get(key)
-        wanted = None if start is None or model.status.phase == "Ready" else rfc3339(start)
-        return None if wanted == self._written.get(key) else (model, wanted)
+        wanted = None if start is None or model is None or model.status.phase == "Ready" else rfc3339(start)
+        if wanted == self._written.get(key):
+            return None
+        namespace, _, name = key.partition("/")
+        return namespace, name, wanted
 
     async def aclose(self) -> None:
         """Cancel writes still to be sent (the report is deleted at shutdown)."""

@@ -116,3 +116,16 @@ async def test_the_report_is_renewed_while_a_wait_is_reported() -> None:
         writes = cluster.report.writes
         await cluster.report.renew()
         assert cluster.report.writes == writes, "nothing live: no heartbeat"
+
+
+async def test_a_deleted_models_marker_is_cleared() -> None:
+    """A Model deleted while requests wait must not leave a wait marker a new Model of that name inherits."""
+    api = FakeModelApi()
+    await api.put(model_body("m", phase="Idle"))
+    async with cluster_side(api) as cluster:
+        waiting = asyncio.create_task(cluster.activator.acquire("m", 5))
+        await eventually(lambda: marker(api) is not None)
+        await api.remove("m")
+        with pytest.raises(FlexInferError):
+            await asyncio.wait_for(waiting, 2)
+        await eventually(lambda: marker(api) is None)
