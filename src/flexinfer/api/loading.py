@@ -22,13 +22,15 @@ from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.api.rules import model_problems
 
-Resource = Model | ModelCache | GPULease
+Resource = Model | ModelCache | GPULease | ModelDemand
 KINDS: dict[tuple[str, str], type[Resource]] = {
     ("ai.flexinfer/v1alpha2", "Model"): Model,
     ("ai.flexinfer/v1alpha1", "ModelCache"): ModelCache,
     ("ai.flexinfer/v1alpha2", "GPULease"): GPULease,
+    ("ai.flexinfer/v1alpha1", "ModelDemand"): ModelDemand,
 }
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -5,6 +5,8 @@
 - ``patch_model_status``: merge patch on ``models/status``;
 - ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
+- ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
+  cache) when a preemption must know every in-flight report written before it;
 - ``pod_log_tail``: the newest lines of a loading model server's log (``pods/log``), empty when unreadable.
 
 Used by ``flexinfer.kube.reconciler``, ``flexinfer.kube.cleanup`` and ``flexinfer.kube.leader``.
@@ -35,6 +37,7 @@ Body = dict[str, Any]
 FIELD_MANAGER = "flexinfer"
 COMPONENT = "flexinfer-manager"
 ModelResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
+ModelDemandResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
 _KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease}
 
 
@@ -67,6 +70,15 @@ class KubeApi:
             ModelResource.Status, name, {"status": patch}, namespace=namespace, patch_type=PatchType.MERGE,
             field_manager=FIELD_MANAGER)
         return _plain(result)
+
+    async def list_demands(self, namespace: str) -> list[Body] | None:
+        """Every ``ModelDemand`` in ``namespace``, listed without a resourceVersion (a quorum read);
+        ``None`` when the read fails (logged)."""
+        try:
+            return [_plain(item) async for item in self.client.list(ModelDemandResource, namespace=namespace)]
+        except (ApiError, httpx2.HTTPError, OSError) as error:
+            log.warning("cannot list the proxy reports in %s: %s", namespace, error)
+            return None
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Delete an object; ``False`` when it was already gone."""

@@ -1,7 +1,8 @@
 """The kopf side of the manager: watches, the deletion finalizer, settings, and a thread to run it in.
 
 Handlers are thin: every watch event (Models; Deployments, Services and Pods managed by FlexInfer;
-ModelCaches; GPULeases) is handed to ``Bridge.event`` (the store + reconcile queue live on the manager's
+ModelCaches; GPULeases; the proxies' ModelDemands)
+is handed to ``Bridge.event`` (the store + reconcile queue live on the manager's
 event loop); a Model being deleted runs ``Bridge.deleting`` there and kopf then releases the finalizer
 ``flexinfer.ai/model-cleanup``. kopf runs standalone (leader election is our own Lease), posts no
 handler logs as Events, and keeps its bookkeeping in ``flexinfer.ai/``-prefixed annotations.
@@ -35,6 +36,7 @@ WATCHES: tuple[tuple[str, str, str, str, dict[str, Any] | None], ...] = (
     ("Model", "ai.flexinfer", "v1alpha2", "models", None),
     ("ModelCache", "ai.flexinfer", "v1alpha1", "modelcaches", None),
     ("GPULease", "ai.flexinfer", "v1alpha2", "gpuleases", None),
+    ("ModelDemand", "ai.flexinfer", "v1alpha1", "modeldemands", None),
     ("Deployment", "apps", "v1", "deployments", MANAGED),
     ("Service", "", "v1", "services", MANAGED),
     ("Pod", "", "v1", "pods", {**MANAGED, "flexinfer.ai/model": kopf.PRESENT}),

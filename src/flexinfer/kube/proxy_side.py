@@ -6,11 +6,12 @@ the per-model request queue, the cold-start budget and in-flight accounting. ``D
 the watch cache into it: spec changes redeclare the model set, and a model that leaves Ready in the cluster
 (preempted, scaled down, deleted) is marked stopped so the next request activates it again.
 ``DemandActivator`` wraps the dispatcher's ``Activator``: it reports in-flight requests to the manager
-(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the API
-server refuses the first report (the model left Ready before our watch saw it) the request is not forwarded
-but waits for the model to be activated again. Requests that wait for an activation are counted by the
-``WaitMarker`` (``flexinfer.kube.wait_marker``), which publishes the oldest wait for the manager's
-starvation bound.
+(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the first
+report is refused (the API server has the model no longer Ready although our watch still does) the request
+is not forwarded but waits for the model to be activated again. Everything the proxy tells the manager
+goes into this replica's ``ModelDemand`` reports (``demand_report``); it never writes Models. Requests that
+wait for an activation are counted by the ``WaitMarker`` (``flexinfer.kube.wait_marker``), which
+publishes the oldest wait for the manager's starvation bound.
 ``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
 """
 
@@ -35,6 +36,7 @@ from flexinfer.core.envvalues import EnvVar, bool_word
 from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
+from flexinfer.kube.demand_report import DemandReport, PodOwner
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
 from flexinfer.kube.model_api import ModelApi
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
@@ -66,6 +68,11 @@ class ClusterProxySettings:
     """This replica's name in in-flight reports (``POD_NAME``)."""
     cold_start_timeout: float = 60.0
     queue_limit: int = 100
+    pod_namespace: str = ""
+    """The proxy pod's own namespace (``POD_NAMESPACE``), also in all-namespaces mode."""
+    pod_uid: str = ""
+    """The proxy pod's UID (``POD_UID``): its reports in ``pod_namespace`` are owned by the pod, so the
+    garbage collector deletes them with it; empty = no owner reference."""
 
 
 def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float = 60.0,
@@ -84,7 +91,7 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
                     "redirects traffic. This is for tests only; never enable it in production.")
     identity = proxy_identity(env.get("POD_NAME", ""), f"{socket.gethostname()}-{os.getpid()}")
     return ClusterProxySettings(None if all_namespaces else namespace, override, identity, cold_start_timeout,
-                                queue_limit)
+                                queue_limit, pod_namespace=namespace, pod_uid=env.get("POD_UID", "").strip())
 
 
 def dispatch_model(model: Model) -> Model:
@@ -317,12 +324,14 @@ class ClusterSide:
         self.store = ModelStore()
         self.watcher = ModelWatcher(api, self.store, settings.namespace)
         self.catalog = WatchCatalog(self.store)
-        self.demand = DemandSignal(api, self.store)
+        owner = PodOwner(settings.pod_namespace, settings.identity, settings.pod_uid) if settings.pod_uid else None
+        self.report = DemandReport(api, settings.identity, owner=owner)
+        self.demand = DemandSignal(self.report, self.store)
         self.engine = KubeEngine(self.store, self.demand, endpoint_override=settings.endpoint_override,
                                  cold_start_timeout=settings.cold_start_timeout)
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
-        self.reporter = InflightReporter(api, settings.identity)
-        self.marker = WaitMarker(api, self.store)
+        self.reporter = InflightReporter(self.report, api)
+        self.marker = WaitMarker(self.report, self.store)
         self.activator = DemandActivator(self.dispatcher, self.store, demand=self.demand, reporter=self.reporter,
                                          override=settings.endpoint_override, marker=self.marker)
         self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override,
@@ -334,7 +343,8 @@ class ClusterSide:
         """Start the watch, the dispatcher and the heartbeat; return once the first list is in the cache."""
         self.dispatcher.start()
         self._tasks = [asyncio.create_task(self.watcher.run(), name="flexinfer-model-watch"),
-                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat")]
+                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat"),
+                       asyncio.create_task(self.report.run(), name="flexinfer-demand-renew")]
         try:
             async with asyncio.timeout(sync_timeout):
                 await self.store.synced.wait()
@@ -345,7 +355,7 @@ class ClusterSide:
                               f"{self.watcher.last_error or 'no answer from the API server'}") from None
 
     async def close(self) -> None:
-        """Reject waiting requests, stop the dispatcher, the watch and background patches."""
+        """Reject waiting requests, stop the dispatcher, the watch and background writes; delete the reports."""
         await self.dispatcher.shutdown(drain_timeout=0.0)
         for task in self._tasks:
             task.cancel()
@@ -356,13 +366,15 @@ class ClusterSide:
         await self.reporter.clear_all()
         await self.demand.aclose()
         await self.marker.aclose()
+        await self.report.delete_all()
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
     EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false",
            "Serve Models of every namespace (a name used in several is addressed as `namespace/name`)."),
-    EnvVar("POD_NAME", "hostname-pid", "This replica's name in in-flight reports."),
+    EnvVar("POD_NAME", "hostname-pid", "This replica's name: its ModelDemand reports are named after it."),
+    EnvVar("POD_UID", "unset", "This pod's UID: its ModelDemand in its own namespace is deleted with the pod."),
     EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
     EnvVar("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", "false",
            "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),

@@ -1,10 +1,12 @@
 """Reconciles one unit (an exclusive Model, or every member of a shared group) from the store.
 
 Per pass: validate (invalid → phase Failed, ``ConfigValid=False``, Warning event, nothing rendered);
-elect the group's active member (``flexinfer.core.election``, GPULeases honoured, each member's
-``flexinfer.ai/waiting-since`` annotation from the proxies feeding the starvation bound); per member, plan
-replicas (``flexinfer.core.model_status_plan``), write a preemption first (Preempted status, Normal
-event ``Preempted``, preemptions counter) and re-check in-flight reports on the written object, apply the
+fold the proxies' ``ModelDemand`` reports into each Model (``flexinfer.core.demand_view``: demand, wait
+marker, in-flight reports); elect the group's active member (``flexinfer.core.election``, GPULeases
+honoured, the wait markers feeding the starvation bound); per member, plan replicas
+(``flexinfer.core.model_status_plan``), write a preemption first (Preempted status, Normal event
+``Preempted``, preemptions counter) and re-check in-flight reports with a fresh read of the reports
+after that write (docs/design/kubernetes-proxy.md), apply the
 rendered Deployment + Service (``flexinfer.kube.applier``), derive the status from the applied Deployment
 and the newest pod (while its server or flash-loader runs but is not ready, refined from its log tail:
 ``flexinfer.core.loading_logs``) and write it only when it changed; observe lifecycle metrics on
@@ -23,7 +25,9 @@ from typing import Any
 
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
 from flexinfer.api.model import Model, ModelStatus
+from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.demand_view import demand_view, with_demand
 from flexinfer.core.election import (
     WAITING_SINCE_ANNOTATION,
     Election,
@@ -74,10 +78,6 @@ def _deleting(body: Body) -> bool:
     return bool((body.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _annotations(body: Body) -> Mapping[str, str]:
-    return (body.get("metadata") or {}).get("annotations") or {}
-
-
 @dataclass(frozen=True)
 class Step:
     """One member's inputs and plan for this pass."""
@@ -104,14 +104,15 @@ class Reconciler:
         for item in parsed:
             if item.error is not None:
                 await self._invalid(item.body, item.error, now)
-        models = [p.model for p in parsed if p.model is not None]
+        models = [self._projected(p.model, now) for p in parsed if p.model is not None]
         for model in models:
             self.lifecycle.declared(model)
         steps = self._plan(unit, models, now)
         reading_logs = False
         for step in steps:
             reading_logs |= await self._member(step, now)
-        current = [p.model for p in self._store.unit_models(unit) if p.model is not None and not _deleting(p.body)]
+        current = [self._projected(p.model, now) for p in self._store.unit_models(unit)
+                   if p.model is not None and not _deleting(p.body)]
         leases = self._store.leases(unit.namespace) if unit.group else []
         wake = next_wakeup(current, leases, now, self._policy)
         if reading_logs:
@@ -131,12 +132,17 @@ class Reconciler:
             decision = election.members.get(model.name) if election else None
             leader = by_name.get(election.leader or "") if election else None
             live = DeploymentFacts.from_body(self._store.deployment(model.namespace, model.name))
-            busy = bool(busy_proxies(_annotations(self._store_body(model)), now, self._policy.busy_ttl))
+            busy = bool(busy_proxies(model.metadata.annotations, now, self._policy.busy_ttl))
             inputs = MemberInputs(model, live, decision, leader, busy=busy)
             steps.append(Step(inputs, plan_member(inputs, ctx, self._policy)))
         if election is not None and election.leader is not None:
             steps = self._with_swap(steps, election)
         return steps
+
+    def _projected(self, model: Model, now: datetime, reports: list[ModelDemand] | None = None) -> Model:
+        """``model`` with the proxies' reports folded in (the store's, or ``reports`` when given)."""
+        found = self._store.demands(model.namespace) if reports is None else reports
+        return with_demand(model, demand_view(found, model.name, now, self._policy.busy_ttl))
 
     def election(self, unit: Unit, models: list[Model], now: datetime) -> Election:
         """Elect the shared group's active member (members carry the proxies' wait markers)."""
@@ -196,8 +202,10 @@ class Reconciler:
         return [deployment, service]
 
     async def _preempt(self, step: Step, now: datetime) -> tuple[Step, Model]:
-        """Mark the loser Preempted before touching replicas; proxies that reported in-flight requests
-        before this write are visible on the object it returns (see docs/operations/rbac.md)."""
+        """Mark the loser Preempted before touching replicas, then read the proxies' reports afresh from
+        the API server: a proxy confirms the model is still Ready only after its in-flight report landed,
+        so every request forwarded before this write is either in that read or refused by its proxy
+        (docs/design/kubernetes-proxy.md)."""
         model, plan = step.inputs.model, step.plan
         finished = finish_member(step.inputs, plan, step.inputs.deployment, None, now)
         body = await self._patch(model, status_patch(model.status, build_status(model, finished.inputs)))
@@ -205,12 +213,27 @@ class Reconciler:
         self.lifecycle.preempted(model, to)
         await self._api.post_event(body, "Normal", "Preempted", plan.preempted_message)
         log.info("model %s preempted: %s", model.key, plan.preempted_message)
-        busy = busy_proxies(_annotations(body), now, self._policy.busy_ttl)
+        updated = self._projected(self._model_from(body, model), now, await self._fresh_reports(model))
+        busy = busy_proxies(updated.metadata.annotations, now, self._policy.busy_ttl)
         if busy:
             log.info("model %s drains in-flight requests of %s", model.key, ", ".join(busy))
-        updated = self._model_from(body, model)
         inputs = replace(step.inputs, model=updated, busy=bool(busy))
         return Step(inputs, plan_member(inputs, ReplicaContext(now=now), self._policy)), updated
+
+    async def _fresh_reports(self, model: Model) -> list[ModelDemand] | None:
+        """The ``ModelDemand`` reports of the model's namespace read from the API server now (a quorum
+        read); the store's when the read fails (logged)."""
+        bodies = await self._api.list_demands(model.namespace)
+        if bodies is None:
+            log.warning("model %s: cannot read the proxy reports; using the watch cache", model.key)
+            return None
+        reports = []
+        for body in bodies:
+            try:
+                reports.append(ModelDemand.model_validate(body))
+            except ValueError:
+                continue
+        return reports
 
     async def _write_status(self, step: Step, model: Model, deployment: Body, now: datetime,
                             applied_at: datetime) -> bool:

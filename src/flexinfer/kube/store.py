@@ -1,5 +1,7 @@
 """The manager's in-memory view of the cluster: the latest body of every watched object.
 
+Includes the proxies' ``ModelDemand`` reports: a changed report affects the units of the Models it names.
+
 Fed by the kopf event handlers (``flexinfer.kube.operator``) and by the reconciler's own write responses
 (so a reconcile right after a write never acts on the older body); bodies carrying an older
 ``resourceVersion`` than the stored one are ignored. Each update returns the reconcile ``Unit``s it
@@ -18,6 +20,7 @@ from flexinfer.api.gpulease import GPULease
 from flexinfer.api.loading import parse_resource
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.flashloader_settings import cache_matches_model
 
 Body = dict[str, Any]
@@ -78,7 +81,8 @@ def _parse(body: Body) -> Parsed:
 
 
 class Store:
-    """Latest bodies of Models, Deployments, Pods, ModelCaches and GPULeases (see the module docstring)."""
+    """Latest bodies of Models, Deployments, Pods, ModelCaches, GPULeases and ModelDemands (see the module
+    docstring)."""
 
     def __init__(self) -> None:
         self._models: dict[Key, Parsed] = {}
@@ -88,6 +92,7 @@ class Store:
         self._pods: dict[Key, dict[str, Body]] = defaultdict(dict)
         self._caches: dict[Key, Body] = {}
         self._leases: dict[Key, Body] = {}
+        self._demands: dict[Key, ModelDemand] = {}
 
     # ---------------------------------------------------------------- updates
 
@@ -197,7 +202,32 @@ class Store:
         group = str((body.get("spec") or {}).get("group") or "")
         return [Unit(key_of(body)[0], group, True)] if group else []
 
+    def _put_modeldemand(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        old = self._demands.pop(key, None)
+        new = _typed(body, ModelDemand)
+        if new is not None:
+            self._demands[key] = new
+        return self._demand_units(key[0], old, new)
+
+    def _remove_modeldemand(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        return self._demand_units(key[0], self._demands.pop(key, None), None)
+
+    def _demand_units(self, namespace: str, old: ModelDemand | None, new: ModelDemand | None) -> list[Unit]:
+        """Units of the Models whose report changed between ``old`` and ``new``."""
+        before = old.spec.models if old is not None else {}
+        after = new.spec.models if new is not None else {}
+        renewed = old is None or new is None or old.spec.renew_time != new.spec.renew_time
+        live = {n for n, r in (*before.items(), *after.items()) if r.waiting_since or r.in_flight_at}
+        names = {n for n in {*before, *after} if before.get(n) != after.get(n) or (renewed and n in live)}
+        return sorted({u for n in names for u in self._model_units(namespace, n)})
+
     # ---------------------------------------------------------------- reads
+
+    def demands(self, namespace: str) -> list[ModelDemand]:
+        """The proxies' ``ModelDemand`` reports in ``namespace``."""
+        return [d for k, d in self._demands.items() if k[0] == namespace]
 
     def unit_models(self, unit: Unit) -> list[Parsed]:
         """The Models of a unit (a group's members by name), deleted-but-finalizing ones included."""

@@ -65,3 +65,28 @@ def test_gpu_leases_reconcile_their_group() -> None:
     store = Store()
     assert store.put("GPULease", lease) == [Unit("ns", "g", True)]
     assert [x.spec.group for x in store.leases("ns")] == ["g"]
+
+
+def demand_body(name: str, models: dict[str, Any], renew: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"proxy": name, "models": models}
+    if renew:
+        spec["renewTime"] = renew
+    return {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelDemand",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def test_a_demand_report_reconciles_the_models_whose_entry_changed() -> None:
+    store = Store()
+    for name in ("a", "b"):
+        store.put("Model", {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+                            "metadata": {"name": name, "namespace": "default", "resourceVersion": "1"},
+                            "spec": {"backend": "vllm", "source": "HF://o/m"}})
+    t = "2026-01-01T00:00:00Z"
+    assert store.put("ModelDemand", demand_body("p", {"a": {"lastActiveTime": t}})) == [Unit("default", "a")]
+    assert store.put("ModelDemand", demand_body("p", {"a": {"lastActiveTime": t}, "b": {"inFlightAt": t}})) == [
+        Unit("default", "b")]
+    assert store.put("ModelDemand", demand_body("p", {"a": {"lastActiveTime": t}, "b": {"inFlightAt": t}},
+                                                renew=t)) == [Unit("default", "b")], "a renewal affects live entries"
+    assert [d.spec.proxy for d in store.demands("default")] == ["p"]
+    assert store.remove("ModelDemand", demand_body("p", {})) == [Unit("default", "a"), Unit("default", "b")]
+    assert store.demands("default") == []
