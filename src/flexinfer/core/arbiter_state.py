@@ -181,4 +181,3 @@ def activation_failure_effect(slot: Slot, activation: Activation, now: float) ->
     stages = tuple((s.stage, s.start, s.end) for s in activation.fail(now).stages)
     return ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages, tuple(slot.queue),
                              "failure", activation.preempted)
-

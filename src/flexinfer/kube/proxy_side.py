@@ -367,4 +367,3 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),
 )
 """The environment ``cluster_proxy_settings`` reads (for ``flexinfer settings`` and the docs)."""
-

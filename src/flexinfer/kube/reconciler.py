@@ -264,4 +264,3 @@ class Reconciler:
     def forget(self, model: Model | None, namespace: str, name: str) -> None:
         self.applier.forget(namespace, name)
         self.lifecycle.forget(model, namespace, name)
-
