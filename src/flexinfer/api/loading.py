@@ -1,18 +1,24 @@
 """Turning YAML/JSON documents into typed resources, with every problem named by file, document and field.
 
-``parse_resource`` is the single entry point for a dict (the operator uses it for watched objects);
-``load_paths`` reads files and directories of multi-document YAML (the CLI and the local engine use it).
+``parse_resource`` is the single entry point for a dict; ``load_paths`` reads files and directories of
+multi-document YAML (the CLI and the local engine use it). ``parse_stored`` is for objects the API server
+already holds (the manager's and the proxy's watches): a quantity or duration FlexInfer cannot parse —
+written before the CRD carried its ``pattern`` — is dropped, so the next layer or the default applies, and
+returned as a problem to report; every other problem still raises.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from flexinfer.api.base import FORMAT_ERRORS
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
@@ -20,6 +26,7 @@ from flexinfer.api.modelcache import ModelCache
 from flexinfer.api.rules import model_problems
 
 Resource = Model | ModelCache | GPULease
+T = TypeVar("T", bound=BaseModel)
 KINDS: dict[tuple[str, str], type[Resource]] = {
     ("ai.flexinfer/v1alpha2", "Model"): Model,
     ("ai.flexinfer/v1alpha1", "ModelCache"): ModelCache,
@@ -50,6 +57,56 @@ def parse_resource(doc: Any, source: str = "", index: int | None = None) -> Reso
         if problems:
             raise InvalidResourceError([FieldProblem(p.path, p.message, source, index) for p in problems])
     return resource
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored object as FlexInfer uses it, and the fields it had to ignore (``parse_stored``)."""
+
+    resource: Resource
+    ignored: tuple[FieldProblem, ...] = ()
+
+
+def parse_stored(doc: Any) -> Stored:
+    """Like ``parse_resource``, but unparsable quantities and durations are dropped and listed in ``ignored``."""
+    try:
+        return Stored(parse_resource(doc))
+    except InvalidResourceError as error:
+        original = error
+    cls = KINDS.get((str(doc.get("apiVersion", "")), str(doc.get("kind", "")))) if isinstance(doc, dict) else None
+    if cls is None:
+        raise original
+    try:
+        _, pruned, ignored = validate_stored(cls, doc)
+    except ValidationError:
+        raise original from None
+    if not ignored:  # the schema holds; a cross-field rule failed
+        raise original
+    return Stored(parse_resource(pruned), ignored)
+
+
+def validate_stored(cls: type[T], doc: dict[str, Any]) -> tuple[T, dict[str, Any], tuple[FieldProblem, ...]]:
+    """``cls.model_validate(doc)`` after dropping the quantities and durations that do not parse: (object, the
+    pruned document, the ignored fields). Any other problem raises the ``ValidationError``."""
+    try:
+        return cls.model_validate(doc), doc, ()
+    except ValidationError as exc:
+        if any(err["type"] not in FORMAT_ERRORS for err in exc.errors()):
+            raise
+        errors = exc.errors()
+    pruned = copy.deepcopy(doc)
+    for err in errors:
+        _drop(pruned, err["loc"])
+    ignored = tuple(FieldProblem(_path(err["loc"]), _message(err)) for err in errors)
+    return cls.model_validate(pruned), pruned, ignored
+
+
+def _drop(doc: dict[str, Any], loc: tuple[int | str, ...]) -> None:
+    """Remove the value at ``loc`` (a pydantic error location) from ``doc``."""
+    node: Any = doc
+    for part in loc[:-1]:
+        node = node[part]
+    del node[loc[-1]]
 
 
 def parse_documents(text: str, source: str = "") -> list[Resource]:
