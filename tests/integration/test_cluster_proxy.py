@@ -213,8 +213,27 @@ async def test_unknown_and_parked_models_are_404(cluster: tuple[Manager, Cluster
     assert listed == ["shown"]
     async with aiohttp.ClientSession() as session, session.get(f"{proxy.url}/metrics") as page:
         text = await page.text()
-    assert 'flexinfer_proxy_requests_total{model="hidden",status="parked"} 1.0' in text
-    assert 'flexinfer_proxy_requests_total{model="",status="error"} 1.0' in text
+    hidden = f'model="hidden",namespace="{manager.ns}"'
+    assert 'flexinfer_proxy_requests_total{' + hidden + ',status="parked"} 1.0' in text
+    assert 'flexinfer_proxy_requests_total{model="",namespace="",status="error"} 1.0' in text
+
+
+async def test_a_models_series_exist_at_zero_while_the_proxy_knows_it(
+        cluster: tuple[Manager, ClusterProxy, Upstream]) -> None:
+    manager, proxy, _ = cluster
+    zero = 'flexinfer_proxy_activation_duration_seconds_count{model="fresh",result="success"} 0.0'
+
+    async def metrics() -> str:
+        async with aiohttp.ClientSession() as session, session.get(f"{proxy.url}/metrics") as page:
+            return await page.text()
+
+    await manager.create("fresh")
+    await eventually(lambda: proxy.side.catalog.resolve("fresh") is not None)
+    text = await metrics()
+    assert zero in text and 'flexinfer_proxy_requests_total{model="fresh",status="cancelled"} 0.0' in text
+    await manager.client.delete(Model, "fresh", namespace=manager.ns)
+    await eventually(lambda: proxy.side.catalog.resolve("fresh") is None)
+    assert 'model="fresh"' not in await metrics()
 
 
 async def test_alias_routes_and_a_model_preempted_later_is_reactivated(

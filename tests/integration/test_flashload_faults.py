@@ -22,6 +22,7 @@ import pytest
 from flexinfer.core.errors import InsufficientSpaceError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage_blocking
+from support.file_trees import write_hf_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -195,4 +196,33 @@ def test_symlink_loops_and_escapes_via_cli(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     files = sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*"))
     assert files == ["a", "a/w.bin"]
-    assert result.stderr.count("symlink (not followed)") == 4
+    assert result.stderr.count("(not followed)") == 4
+    assert "ignored passwd: symlink to /etc/passwd outside the source root (not followed)" in result.stderr
+    assert "ignored etc: symlink to /etc outside the source root (not followed)" in result.stderr
+
+
+def test_hugging_face_cache_on_the_model_volume_via_cli(tmp_path: Path) -> None:
+    """The Kubernetes layout: the model volume holds ``HF_HOME=.cache/huggingface``; the server reads the
+    snapshot files under the same paths in the tmpfs."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    files = {"config.json": b"{}", "model-00001-of-00002.safetensors": os.urandom(200_000),
+             "model-00002-of-00002.safetensors": os.urandom(100_000)}
+    snapshot = write_hf_snapshot(src / ".cache" / "huggingface" / "hub", "org/tiny", "abc123", files)
+    result = flash_load("--src", str(src), "--dst", str(dst), "--verify")
+    assert result.returncode == 0, result.stderr
+    assert "copied 4 files" in result.stdout
+    staged = dst / snapshot.relative_to(src)
+    assert {p.name: p.read_bytes() for p in staged.iterdir()} == files
+    assert not any(p.is_symlink() for p in dst.rglob("*"))
+    assert not (staged.parent.parent / "blobs").exists()
+
+
+def test_nothing_selected_from_a_non_empty_source_fails_via_cli(tmp_path: Path) -> None:
+    snapshot = write_hf_snapshot(tmp_path / "hub", "org/tiny", "abc123", {"config.json": b"{}"})
+    result = flash_load("--src", str(snapshot), "--dst", str(tmp_path / "dst"))
+    assert_one_line_error(result, "nothing to stage")
+    assert "config.json: symlink to ../../blobs/" in result.stderr and "outside the source root" in result.stderr
+    only_git = tmp_path / "git"
+    (only_git / ".git").mkdir(parents=True)
+    (only_git / ".git" / "HEAD").write_bytes(b"ref")
+    assert_one_line_error(flash_load("--src", str(only_git), "--dst", str(tmp_path / "dst2")), "excluded: .git/")

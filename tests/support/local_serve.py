@@ -45,9 +45,11 @@ def fake_server_command(*extra: str) -> list[str]:
 
 
 def serve_env(state_dir: Path, **overrides: str) -> dict[str, str]:
-    """The environment for ``serve``: fast swaps, logs under ``state_dir``, tests importable."""
+    """The environment for ``serve``: fast swaps, logs under ``state_dir``, tests importable (ahead of an
+    inherited ``PYTHONPATH``, which stays so the child runs the same ``flexinfer`` as the test)."""
+    python_path = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "FLEXINFER_STATE_DIR": str(state_dir), "FLEXINFER_SWAP_MIN_HOLD": "0s",
-           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"), "PYTHONPATH": str(TESTS_DIR)}
+           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"), "PYTHONPATH": python_path}
     env.update(overrides)
     return env
 

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.units import parse_duration, parse_quantity
 
 GROUP = "ai.flexinfer"
@@ -147,6 +148,6 @@ class NamedResource:
         return self.metadata.namespace
 
     @property
-    def key(self) -> str:
+    def key(self) -> ModelKey:
         """``namespace/name``: the resource's identity across engines."""
-        return f"{self.metadata.namespace}/{self.metadata.name}"
+        return ModelKey(self.metadata.namespace, self.metadata.name)

@@ -110,7 +110,7 @@ def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher,
     """The proxy application over the dispatcher, plus the admin API routes."""
     catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
     app = create_app(config, dispatcher, catalog, registry=registry,
-                     metrics=ProxyMetrics(registry, [m.name for m in models]),
+                     metrics=ProxyMetrics(registry, [m.key for m in models]),
                      tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
                      token=config.auth_token if config.auth_enabled else "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy, Effect
@@ -23,7 +24,7 @@ class Ticket:
     """One request waiting for, or holding, a grant."""
 
     id: int
-    model: str
+    model: ModelKey
     arrived: float
     deadline: float
     granted: bool = False
@@ -46,7 +47,7 @@ class Slot:
     drain_until: float | None = None
     """Set while draining: no new grants; stopped when in-flight reaches 0 or at this time."""
     stopping: bool = False
-    preempted_by: str | None = None
+    preempted_by: ModelKey | None = None
     wanted: bool = False
     held_off: bool = False
     failures: int = 0
@@ -55,7 +56,7 @@ class Slot:
     removed: bool = False
 
     @property
-    def key(self) -> str:
+    def key(self) -> ModelKey:
         return self.model.key
 
     @property
@@ -172,7 +173,7 @@ def activation_success_effects(slot: Slot, activation: Activation, now: float) -
     effects += [ev.ObserveStage(slot.key, span.stage, span.seconds) for span in obs.stages]
     stages = tuple((s.stage, s.start, s.end) for s in obs.stages)
     effects.append(ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages,
-                                     tuple(slot.queue), "success", activation.preempted))
+                                     tuple(slot.queue), "success", _displaced(activation)))
     return effects
 
 
@@ -180,4 +181,9 @@ def activation_failure_effect(slot: Slot, activation: Activation, now: float) ->
     """The ``ActivationDone`` record of an activation whose start failed."""
     stages = tuple((s.stage, s.start, s.end) for s in activation.fail(now).stages)
     return ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages, tuple(slot.queue),
-                             "failure", activation.preempted)
+                             "failure", _displaced(activation))
+
+
+def _displaced(activation: Activation) -> ModelKey | None:
+    """The key of the model a swap took the GPU from (the arbiter's clocks record keys)."""
+    return ModelKey.parse(activation.preempted) if activation.preempted else None

@@ -8,6 +8,7 @@
     │   ├── BadRequestError             400 invalid_request_error / missing_required_field
     │   ├── UnauthorizedError           401 invalid_api_key
     │   ├── ModelNotFoundError          404 model_not_found
+    │   ├── AmbiguousModelError         409 model_ambiguous (a bare name used in several namespaces)
     │   ├── PayloadTooLargeError        413 request body over the limit
     │   ├── RateLimitedError            429 rate_limit_exceeded (+ Retry-After)
     │   ├── QueueFullError              503 queue_full (+ Retry-After)
@@ -31,7 +32,7 @@ from __future__ import annotations
 from flexinfer.api.errors import FieldProblem, FlexInferError, InvalidResourceError
 
 __all__ = [
-    "BadRequestError", "ColdStartTimeoutError", "ConfigError", "EngineError", "FieldProblem",
+    "AmbiguousModelError", "BadRequestError", "ColdStartTimeoutError", "ConfigError", "EngineError", "FieldProblem",
     "FlexInferError", "IllegalTransitionError", "InsufficientSpaceError", "InvalidResourceError",
     "ModelFailedError", "ModelNotFoundError", "PayloadTooLargeError", "QueueFullError", "RateLimitedError",
     "RequestError", "ShuttingDownError", "StagingError", "UnauthorizedError", "UpstreamError",
@@ -75,6 +76,18 @@ class ModelNotFoundError(RequestError):
     def __init__(self, model: str) -> None:
         super().__init__(f"Model '{model}' not found")
         self.model = model
+
+
+class AmbiguousModelError(RequestError):
+    """A bare model name that several namespaces use: the client must name one as ``namespace/name``."""
+
+    status, type, code, param = 409, "invalid_request_error", "model_ambiguous", "model"
+
+    def __init__(self, model: str, candidates: tuple[str, ...]) -> None:
+        listed = ", ".join(f"'{c}'" for c in candidates)
+        super().__init__(f"Model '{model}' is ambiguous: it exists in several namespaces ({listed}); "
+                         "name one as namespace/name")
+        self.model, self.candidates = model, candidates
 
 
 class PayloadTooLargeError(RequestError):

@@ -41,6 +41,8 @@ MANAGED_FIELDS: Final = (
 REASON_VALIDATION_FAILED: Final = "ValidationFailed"
 REASON_FIELD_IGNORED: Final = "InvalidFieldIgnored"
 _WAITING_INIT: Final = ("containercreating", "podinitializing")
+FLASH_LOADER: Final = "flash-loader"
+"""The staging init container; while it runs, its log's progress lines refine the message (bytes staged)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class LoadingDetail:
     substage: LoadingSubstage
     message: str
     log_container: str | None = None
-    """Set when only the container's log can say more (it runs, its readiness probe does not pass yet)."""
+    """Set when only the container's log can say more (the server runs, its readiness probe does not pass
+    yet; or the flash-loader stages and its progress lines say how many bytes are in place)."""
 
 
 def endpoint(model: Model) -> str:
@@ -92,6 +95,30 @@ def derive_phase(desired: int, facts: DeploymentFacts | None, shared_state: str 
     if facts.unavailable_replicas > 0:
         return "Loading"
     return "Pending"
+
+
+def _true_since(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> datetime | None:
+    for condition in conditions or []:
+        if condition.get("type") == type_ and condition.get("status") == "True":
+            try:
+                return datetime.fromisoformat(str(condition.get("lastTransitionTime") or ""))
+            except ValueError:
+                return None
+    return None
+
+
+def ready_since(pod: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> datetime | None:
+    """When the model's server became Ready, as the cluster recorded it: ``lastTransitionTime`` of the
+    newest pod's ``Ready=True`` condition, else of the Deployment's ``Available=True`` condition (whole
+    seconds); ``None`` when neither says. The lifecycle clock decides whether to trust it
+    (``flexinfer.core.lifecycle_clock.Activation.ready_time``)."""
+    if pod is not None:
+        since = _true_since((pod.get("status") or {}).get("conditions"), "Ready")
+        if since is not None:
+            return since
+    if deployment is not None:
+        return _true_since((deployment.get("status") or {}).get("conditions"), "Available")
+    return None
 
 
 def newest_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -121,8 +148,8 @@ def _container_detail(status: Mapping[str, Any], init: bool) -> LoadingDetail | 
             return LoadingDetail("Initializing", short_message(f"{what}: {reason}"))
         return LoadingDetail("Initializing", short_message(f"{what}: {reason} {message}".rstrip()))
     if "running" in state and not status.get("ready"):
-        if init and name == "flash-loader":
-            return LoadingDetail("LoadingWeights", "flash-loader staging weights into tmpfs")
+        if init and name == FLASH_LOADER:
+            return LoadingDetail("LoadingWeights", "flash-loader staging weights into tmpfs", log_container=name)
         if init:
             return LoadingDetail("Initializing", short_message(f"{what} running"))
         return LoadingDetail("Initializing", short_message(f"{name} running, readiness probe not passing yet"),

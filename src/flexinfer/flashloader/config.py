@@ -29,7 +29,9 @@ ENV_VARIANT = "FLASH_VARIANT"
 DEFAULT_CONCURRENCY = 4
 DEFAULT_BUFFER_KB = 4096
 DEFAULT_CHUNK_BYTES = 256 * 1024 * 1024
-ALWAYS_EXCLUDED = (".cache/", ".git/")
+CACHE_PATTERN = ".cache/"
+ALWAYS_EXCLUDED = (CACHE_PATTERN, ".git/")
+"""Always skipped; under ``.cache/`` the Hugging Face hub cache (``.cache/huggingface/hub/``) is still staged."""
 VARIANTS = ("fp16",)
 TMP_SUFFIX = ".flash-tmp"
 

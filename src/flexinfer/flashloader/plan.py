@@ -16,11 +16,19 @@ HEADROOM_MIN = 10 * MIB
 HEADROOM_FRACTION = 0.05
 SAFETENSORS = ".safetensors"
 FP16_SAFETENSORS = ".fp16.safetensors"
+HF_HUB_PATH = ("huggingface", "hub")
+"""Below a ``.cache`` directory, the Hugging Face hub cache (``HF_HOME=…/.cache/huggingface``) is staged."""
+HF_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
 
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
-    """A regular file found in the source tree (``rel`` uses ``/``; stat values from the walk)."""
+    """A regular file found in the source tree (``rel`` uses ``/``; stat values from the walk).
+
+    ``origin``: for a symlink resolved inside the source root (a Hugging Face snapshot entry pointing into
+    ``blobs/``), the real file's path relative to the root, whose content is staged under ``rel``; the stat
+    values are the real file's. Empty for a plain file.
+    """
 
     rel: str
     size: int
@@ -28,6 +36,12 @@ class SourceFile:
     dev: int = 0
     ino: int = 0
     mode: int = 0o644
+    origin: str = ""
+
+    @property
+    def src_rel(self) -> str:
+        """Where the content is read from, relative to the source root."""
+        return self.origin or self.rel
 
 
 @dataclass
@@ -62,6 +76,29 @@ def is_excluded(rel: str, name: str, is_dir: bool, patterns: Iterable[str]) -> b
     rel_key = rel + "/" if is_dir else rel
     name_key = name + "/" if is_dir else name
     return any(rel_key.startswith(pattern) or name_key.startswith(pattern) for pattern in patterns)
+
+
+def in_hf_hub_cache(rel: str, is_dir: bool) -> bool:
+    """True for ``…/.cache``, ``…/.cache/huggingface``, ``…/.cache/huggingface/hub`` (directories on the way)
+    and everything below the hub directory: the part of a ``.cache/`` tree the model server reads."""
+    parts = rel.split("/")
+    for index, part in enumerate(parts):
+        if part != ".cache":
+            continue
+        tail = tuple(parts[index + 1:])
+        if len(tail) > len(HF_HUB_PATH) and tail[: len(HF_HUB_PATH)] == HF_HUB_PATH:
+            return True
+        if is_dir and tail == HF_HUB_PATH[: len(tail)]:
+            return True
+    return False
+
+
+def is_hf_blob_store(rel: str, is_dir: bool) -> bool:
+    """``models--org--name/blobs`` (also ``datasets--``/``spaces--``): content-addressed files that the
+    repository's ``snapshots/<revision>/`` symlinks point to. Staged through those links, under the names the
+    server opens, so the store itself (every revision ever downloaded) is not copied."""
+    parts = rel.split("/")
+    return is_dir and len(parts) >= 2 and parts[-1] == "blobs" and parts[-2].startswith(HF_REPO_PREFIXES)
 
 
 def apply_variant(files: Sequence[SourceFile], variant: str | None) -> list[SourceFile]:

@@ -15,12 +15,18 @@ from typing import Any, Protocol, TextIO
 
 BIG_FILE = 100 * 1024 * 1024
 LOG_INTERVAL_S = 5.0
+COPYING = "copying"
+CHECKSUMMING = "checksumming"
+"""The two long tasks of a run: copying files, and (``verify``) hashing source and staged copy."""
 
 
 class ProgressSink(Protocol):
-    """Receives staging progress. Methods may be called concurrently from worker threads."""
+    """Receives staging progress. Methods may be called concurrently from worker threads.
 
-    def begin(self, files: int, total_bytes: int) -> None: ...
+    ``begin``/``end`` bracket one task (``COPYING`` or ``CHECKSUMMING``); ``advance`` counts bytes copied or
+    hashed in it."""
+
+    def begin(self, files: int, total_bytes: int, task: str = COPYING) -> None: ...
 
     def advance(self, nbytes: int) -> None: ...
 
@@ -32,7 +38,7 @@ class ProgressSink(Protocol):
 class NullProgress:
     """Discards progress (library default)."""
 
-    def begin(self, files: int, total_bytes: int) -> None:
+    def begin(self, files: int, total_bytes: int, task: str = COPYING) -> None:
         pass
 
     def advance(self, nbytes: int) -> None:
@@ -46,7 +52,12 @@ class NullProgress:
 
 
 class LogProgress:
-    """Periodic one-line reports (at most one per ``interval`` seconds) plus a line per file > 100 MiB."""
+    """Periodic one-line reports (at most one per ``interval`` seconds) plus a line per file > 100 MiB.
+
+    The opening and periodic lines (``copying``; ``checksumming`` with ``verify``) are a contract: in a
+    pod, the manager reads them from the init container's log (``flexinfer.core.loading_logs``) and shows
+    the bytes staged in the Model's status, which keeps a long copy from counting as a stalled load. Lines
+    are written only when bytes were copied or hashed."""
 
     def __init__(
         self, write: Callable[[str], None], interval: float = LOG_INTERVAL_S,
@@ -56,12 +67,15 @@ class LogProgress:
         self._lock = threading.Lock()
         self._done = self._total = self._files = self._files_done = 0
         self._started = self._last = 0.0
+        self._task = COPYING
 
-    def begin(self, files: int, total_bytes: int) -> None:
-        self._files, self._total = files, total_bytes
-        self._started = self._last = self._clock()
+    def begin(self, files: int, total_bytes: int, task: str = COPYING) -> None:
+        with self._lock:
+            self._files, self._total, self._task = files, total_bytes, task
+            self._done = self._files_done = 0
+            self._started = self._last = self._clock()
         if files:
-            self._write(f"flash-load: copying {files} files, {total_bytes / 2**20:.1f} MiB")
+            self._write(f"flash-load: {task} {files} files, {total_bytes / 2**20:.1f} MiB")
 
     def advance(self, nbytes: int) -> None:
         with self._lock:
@@ -76,7 +90,7 @@ class LogProgress:
     def file_done(self, rel: str, size: int) -> None:
         with self._lock:
             self._files_done += 1
-        if size > BIG_FILE:
+        if size > BIG_FILE and self._task == COPYING:
             self._write(f"flash-load: copied {rel} ({size / 2**20:.1f} MiB)")
 
     def end(self) -> None:
@@ -85,8 +99,9 @@ class LogProgress:
     def _line(self, now: float) -> str:
         elapsed = max(now - self._started, 1e-9)
         percent = 100.0 * self._done / self._total if self._total else 100.0
+        task = "" if self._task == COPYING else "checksummed "
         return (
-            f"flash-load: {self._done / 2**20:.1f}/{self._total / 2**20:.1f} MiB ({percent:.0f}%), "
+            f"flash-load: {task}{self._done / 2**20:.1f}/{self._total / 2**20:.1f} MiB ({percent:.0f}%), "
             f"{self._files_done}/{self._files} files, {self._done / elapsed / 1e9:.2f} GB/s"
         )
 
@@ -111,8 +126,8 @@ class RichProgress:
         )
         self._task: Any = None
 
-    def begin(self, files: int, total_bytes: int) -> None:
-        if files:
+    def begin(self, files: int, total_bytes: int, task: str = COPYING) -> None:
+        if files and task == COPYING:
             self._progress.start()
             self._task = self._progress.add_task("copy", total=total_bytes)
 
@@ -126,6 +141,7 @@ class RichProgress:
     def end(self) -> None:
         if self._task is not None:
             self._progress.stop()
+            self._task = None
 
 
 def make_progress(stream: TextIO, enabled: bool = True) -> ProgressSink:

@@ -5,8 +5,8 @@
 the copy/hash units on a pool of ``settings.concurrency`` threads. Cancelling ``stage()`` stops the workers
 after their current chunk and leaves no temp file under a final name.
 
-Whole-run problems (missing source, no space, a destination path in the way) raise ``StagingError``;
-per-file problems are collected in ``StageReport.failures``.
+Whole-run problems (missing source, no space, a destination path in the way, a non-empty source of which
+nothing is selected) raise ``StagingError``; per-file problems are collected in ``StageReport.failures``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,10 +27,10 @@ from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.copying import FileCopy, RangeCopier
 from flexinfer.flashloader.plan import CopyPlan, SourceFile, apply_variant, build_plan, demote, required_space
 from flexinfer.flashloader.plan import split_ranges as _split
-from flexinfer.flashloader.progress import NullProgress, ProgressSink
+from flexinfer.flashloader.progress import CHECKSUMMING, NullProgress, ProgressSink
 from flexinfer.flashloader.report import FileIssue, StageReport
 from flexinfer.flashloader.verification import changed_files, check_expected
-from flexinfer.flashloader.walk import walk_destination, walk_source
+from flexinfer.flashloader.walk import SourceListing, walk_destination, walk_source
 
 FreeSpace = Callable[[str], int]
 
@@ -99,6 +99,8 @@ def _stage(
     plan = build_plan(apply_variant(listing.files, settings.variant), dest)
     run = _Run(settings, sink, cancel or threading.Event(), src_root, dst_root)
     failures = [*listing.errors, *plan.rejected]
+    if not (plan.copies or plan.unchanged or failures) and listing.entries:
+        raise StagingError(nothing_selected(src, listing))
     if plan.copies or settings.verify:
         with ThreadPoolExecutor(worker_count(settings.concurrency), thread_name_prefix="flash-load") as pool:
             plan, copy_failures, verified = run.execute(pool, plan, free_space or statvfs_free)
@@ -126,7 +128,9 @@ class _Run:
 
     def execute(self, pool: Executor, plan: CopyPlan, free_space: FreeSpace) -> tuple[CopyPlan, list[FileIssue], int]:
         if self.settings.verify:
-            plan = demote(plan, changed_files(pool, plan.unchanged, self.src_root, self.dst_root))
+            with self._checksumming(plan.unchanged):
+                changed = changed_files(pool, plan.unchanged, self.src_root, self.dst_root, self.sink.advance)
+            plan = demote(plan, changed)
         if plan.copies:
             check_space(self.dst_root, plan.bytes_to_copy, free_space)
             make_dirs(self.dst_root, plan.new_dirs)
@@ -136,8 +140,18 @@ class _Run:
         failed = {issue.path for issue in failures}
         expected = [item for item in (*plan.unchanged, *plan.copies) if item.rel not in failed]
         copied = [item for item in plan.copies if item.rel not in failed]
-        problems = check_expected(pool, expected, self.src_root, self.dst_root, checksum=copied)
+        with self._checksumming(copied):
+            problems = check_expected(pool, expected, self.src_root, self.dst_root, copied, on_bytes=self.sink.advance)
         return plan, failures + problems, len(expected) - len(problems)
+
+    @contextlib.contextmanager
+    def _checksumming(self, items: Sequence[SourceFile]) -> Iterator[None]:
+        """A checksum pass over ``items`` as one progress task (both sides of each file are read)."""
+        self.sink.begin(len(items), 2 * sum(item.size for item in items), CHECKSUMMING)
+        try:
+            yield
+        finally:
+            self.sink.end()
 
     def copy_all(self, pool: Executor, copies: Sequence[SourceFile]) -> list[FileIssue]:
         """Copy every file, big files as ranges spread over the pool; returns per-file failures."""
@@ -159,9 +173,23 @@ class _Run:
 
     def _job(self, item: SourceFile) -> FileCopy:
         return FileCopy(
-            source=item, src_path=os.path.join(self.src_root, item.rel),
+            source=item, src_path=os.path.join(self.src_root, item.src_rel),
             final_path=os.path.join(self.dst_root, item.rel), ranges=_split(item.size, self.settings.chunk_bytes),
         )
+
+
+def nothing_selected(src: Path, listing: SourceListing, shown: int = 3) -> str:
+    """The error for a source that is not empty but of which nothing would be staged (a server would
+    start without its weights), naming what was excluded and ignored."""
+    parts = []
+    if listing.excluded:
+        more = f" (+{len(listing.excluded) - shown} more)" if len(listing.excluded) > shown else ""
+        parts.append(f"excluded: {', '.join(listing.excluded[:shown])}{more}")
+    if listing.ignored:
+        more = f" (+{len(listing.ignored) - shown} more)" if len(listing.ignored) > shown else ""
+        parts.append(f"ignored: {'; '.join(str(issue) for issue in listing.ignored[:shown])}{more}")
+    return (f"nothing to stage: source {src} is not empty ({listing.entries} entries) but no file in it is "
+            f"selected ({'; '.join(parts)}); check the source path and the exclude patterns")
 
 
 def prepare_roots(src: Path, dst: Path) -> tuple[str, str]:

@@ -1,30 +1,40 @@
 """One ``os.scandir`` pass over each tree: the source (what to copy) and the destination (what is there).
 
-Called by ``flexinfer.flashloader.staging``. Symlinks are never followed (``lstat`` semantics: the
-directory-entry type, then ``stat(follow_symlinks=False)``), so symlink loops and links pointing outside the
-source cannot be entered; directories are also tracked by (device, inode) so a bind-mount cycle is
-visited once. Entries excluded by pattern are pruned before they are stat'ed.
+Called by ``flexinfer.flashloader.staging``. The walk never descends through a symlink (``lstat``
+semantics: the directory-entry type, then ``stat(follow_symlinks=False)``), so symlink loops cannot be
+entered; directories are also tracked by (device, inode) so a bind-mount cycle is visited once. A symlink
+that resolves to a regular file inside the source root is staged as that file's content under the link's
+name — a Hugging Face snapshot (``models--org--name/snapshots/<rev>/config.json`` →
+``../../blobs/<hash>``) becomes the plain files the server opens; a link that leaves the root is never
+followed (listed as ignored, with its target). Entries excluded by pattern are pruned before they are
+stat'ed; ``.cache/`` keeps its Hugging Face hub cache (``excluded``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from flexinfer.flashloader.config import TMP_SUFFIX
-from flexinfer.flashloader.plan import DestListing, SourceFile, is_excluded
+from flexinfer.flashloader.config import CACHE_PATTERN, TMP_SUFFIX
+from flexinfer.flashloader.plan import DestListing, SourceFile, in_hf_hub_cache, is_excluded, is_hf_blob_store
 from flexinfer.flashloader.report import FileIssue
 
 
 @dataclass
 class SourceListing:
-    """Regular files to consider, entries deliberately not copied, and entries that could not be read."""
+    """Regular files to consider, entries deliberately not copied, and entries that could not be read.
+
+    ``entries`` counts every directory entry seen (excluded ones too), so an empty source can be told
+    apart from one where nothing was selected."""
 
     files: list[SourceFile] = field(default_factory=list)
     ignored: list[FileIssue] = field(default_factory=list)
     errors: list[FileIssue] = field(default_factory=list)
+    entries: int = 0
+    excluded: list[str] = field(default_factory=list)
 
 
 def _join(rel_dir: str, name: str) -> str:
@@ -37,7 +47,8 @@ def _list_dir(path: str) -> list[os.DirEntry[str]]:
 
 
 def walk_source(root: str, exclude: Iterable[str]) -> SourceListing:
-    """Every non-excluded regular file under ``root`` (which must be a directory; symlinks not followed)."""
+    """Every non-excluded regular file under ``root`` (a directory; pass its real path), plus symlinked
+    files that resolve inside ``root`` (see ``_resolve_link``)."""
     patterns = tuple(exclude)
     listing = SourceListing()
     root_stat = os.stat(root)
@@ -50,25 +61,37 @@ def walk_source(root: str, exclude: Iterable[str]) -> SourceListing:
         except OSError as error:
             listing.errors.append(FileIssue(rel_dir or ".", f"cannot list directory: {error.strerror}"))
             continue
+        listing.entries += len(entries)
         for entry in entries:
-            child = _visit_source(entry, _join(rel_dir, entry.name), patterns, seen, listing)
+            child = _visit_source(entry, _join(rel_dir, entry.name), patterns, seen, listing=listing, root=root)
             if child is not None:
                 stack.append(child)
     return listing
 
 
+def excluded(rel: str, name: str, is_dir: bool, patterns: tuple[str, ...]) -> bool:
+    """The exclusion rule of the walk: the patterns, except that the always-excluded ``.cache/`` keeps the
+    Hugging Face hub cache under it; a hub repository's ``blobs/`` store is staged through its snapshots."""
+    if in_hf_hub_cache(rel, is_dir):
+        patterns = tuple(p for p in patterns if p != CACHE_PATTERN)
+    return is_excluded(rel, name, is_dir, patterns) or is_hf_blob_store(rel, is_dir)
+
+
 def _visit_source(
-    entry: os.DirEntry[str], rel: str, patterns: tuple[str, ...], seen: set[tuple[int, int]],
-    listing: SourceListing,
+    entry: os.DirEntry[str], rel: str, patterns: tuple[str, ...], seen: set[tuple[int, int]], *,
+    listing: SourceListing, root: str,
 ) -> tuple[str, str] | None:
     """Record one entry; returns ``(rel, path)`` when it is a directory to descend into."""
     try:
         if entry.is_symlink():
-            if not is_excluded(rel, entry.name, False, patterns):
-                listing.ignored.append(FileIssue(rel, "symlink (not followed)"))
+            if excluded(rel, entry.name, False, patterns):
+                listing.excluded.append(rel)
+            else:
+                _resolve_link(entry.path, rel, root, listing)
             return None
         is_dir = entry.is_dir(follow_symlinks=False)
-        if is_excluded(rel, entry.name, is_dir, patterns):
+        if excluded(rel, entry.name, is_dir, patterns):
+            listing.excluded.append(rel + "/" if is_dir else rel)
             return None
         info = entry.stat(follow_symlinks=False)
     except OSError as error:
@@ -82,12 +105,49 @@ def _visit_source(
         seen.add(key)
         return rel, entry.path
     if entry.is_file(follow_symlinks=False):
-        listing.files.append(
-            SourceFile(rel, info.st_size, info.st_mtime_ns, info.st_dev, info.st_ino, info.st_mode & 0o777)
-        )
+        listing.files.append(_source_file(rel, info))
     else:
         listing.ignored.append(FileIssue(rel, "not a regular file (device, FIFO or socket)"))
     return None
+
+
+def _source_file(rel: str, info: os.stat_result, origin: str = "") -> SourceFile:
+    return SourceFile(rel, info.st_size, info.st_mtime_ns, info.st_dev, info.st_ino, info.st_mode & 0o777, origin)
+
+
+def _resolve_link(path: str, rel: str, root: str, listing: SourceListing) -> None:
+    """A symlink is staged as the regular file it resolves to (its content under the link's name) only
+    when that file is inside ``root``; a link outside the root, to a directory, dangling or looping is
+    listed as ignored, naming where it points."""
+    target = os.path.realpath(path)
+    shown = _link_text(path)
+    if not _inside(target, root):
+        listing.ignored.append(FileIssue(rel, f"symlink to {shown} outside the source root (not followed)"))
+        return
+    try:
+        info = os.stat(target, follow_symlinks=False)
+    except FileNotFoundError:
+        listing.ignored.append(FileIssue(rel, f"dangling symlink to {shown} (not followed)"))
+        return
+    if stat.S_ISREG(info.st_mode):
+        listing.files.append(_source_file(rel, info, os.path.relpath(target, root).replace(os.sep, "/")))
+    elif stat.S_ISDIR(info.st_mode):
+        listing.ignored.append(FileIssue(rel, f"symlink to directory {shown} (not followed)"))
+    elif stat.S_ISLNK(info.st_mode):
+        listing.ignored.append(FileIssue(rel, f"symlink loop through {shown} (not followed)"))
+    else:
+        listing.ignored.append(FileIssue(rel, f"symlink to {shown}: not a regular file (not followed)"))
+
+
+def _link_text(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def walk_destination(root: str) -> DestListing:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flexinfer.api.base import ObjectMeta
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model, ServerlessSpec
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
@@ -194,10 +195,9 @@ def _then(first: Callable[[str], None], second: Callable[[str], None] | None) ->
 class DemandActivator:
     """An ``Activator`` that reports in-flight requests and keeps demand alive for the models it serves."""
 
-    def __init__(self, inner: Activator, store: ModelStore, *, lookup: Callable[[str], Model | None],
-                 demand: DemandSignal, reporter: InflightReporter, override: bool = False,
-                 marker: WaitMarker | None = None) -> None:
-        self._inner, self._store, self._lookup, self._override = inner, store, lookup, override
+    def __init__(self, inner: Activator, store: ModelStore, *, demand: DemandSignal, reporter: InflightReporter,
+                 override: bool = False, marker: WaitMarker | None = None) -> None:
+        self._inner, self._store, self._override = inner, store, override
         self._demand, self._reporter, self._marker = demand, reporter, marker
         self.before: Callable[[], None] = lambda: None
         """Called before each admission (``DispatcherSync.flush``)."""
@@ -205,18 +205,19 @@ class DemandActivator:
         """Called with a model whose grant disagreed with the cluster (``DispatcherSync.forget_endpoint``)."""
         self.in_flight: dict[str, int] = {}
 
-    async def acquire(self, model: str, timeout: float | None = None,
+    async def acquire(self, model: ModelKey, timeout: float | None = None,
                       on_wait: Callable[[str], None] | None = None) -> Grant:
         """Admit, then report before forwarding; a refused first report (the model left Ready in the API
         server) releases the grant and waits for the model to be activated again (see ``_refused``). A wait
-        for an activation is counted by the wait marker until this call returns or raises."""
-        ticket = WaitTicket(self._marker, lambda: self._lookup(model))
+        for an activation is counted by the wait marker until this call returns or raises. ``model`` is the
+        key the catalog resolved; the Model is read from the watch cache by that key, never by name."""
+        ticket = WaitTicket(self._marker, lambda: self._store.get(model))
         try:
             return await self._acquire(model, timeout, _once(on_wait), ticket)
         finally:
             ticket.end()
 
-    async def _acquire(self, model: str, timeout: float | None, on_wait: Callable[[str], None] | None,
+    async def _acquire(self, model: ModelKey, timeout: float | None, on_wait: Callable[[str], None] | None,
                        ticket: WaitTicket) -> Grant:
         deadline = None if timeout is None else time.monotonic() + timeout
         waiting = _then(ticket.begin, on_wait)
@@ -234,17 +235,17 @@ class DemandActivator:
             grant.release()
             await self._refused(found, grant, deadline)
 
-    async def _admit(self, model: str, timeout: float | None,
+    async def _admit(self, model: ModelKey, timeout: float | None,
                      on_wait: Callable[[str], None] | None) -> tuple[Grant, Model | None]:
         self.before()
         grant = await self._inner.acquire(model, timeout, on_wait)
-        found = self._lookup(grant.model)
+        found = self._store.get(grant.model)
         if found is not None and not self._current(found, grant):
             log.info("model %s: dispatcher endpoint is stale; activating again", found.key)
             grant.release()
             self.stale(found)
             grant = await self._inner.acquire(model, timeout, on_wait)
-            found = self._lookup(grant.model)
+            found = self._store.get(grant.model)
         return grant, found
 
     async def _refused(self, seen: Model, grant: Grant, deadline: float | None) -> None:
@@ -324,9 +325,8 @@ class ClusterSide:
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
         self.reporter = InflightReporter(api, settings.identity)
         self.marker = WaitMarker(api, self.store)
-        self.activator = DemandActivator(self.dispatcher, self.store, lookup=self.catalog.model, demand=self.demand,
-                                         reporter=self.reporter, override=settings.endpoint_override,
-                                         marker=self.marker)
+        self.activator = DemandActivator(self.dispatcher, self.store, demand=self.demand, reporter=self.reporter,
+                                         override=settings.endpoint_override, marker=self.marker)
         self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override,
                                    left_ready=self.activator.left_ready)
         self.activator.before, self.activator.stale = self.sync.flush, self.sync.forget_endpoint
@@ -362,7 +362,8 @@ class ClusterSide:
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
-    EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false", "Serve Models of every namespace (names must be unique).",
+    EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false",
+           "Serve Models of every namespace (a name used in several is addressed as `namespace/name`).",
            Kind.BOOL, Policy.GUARD),
     EnvVar("POD_NAME", "hostname-pid", "This replica's name in in-flight reports."),
     EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),

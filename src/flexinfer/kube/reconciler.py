@@ -8,10 +8,11 @@ elect the group's active member (``flexinfer.core.election``, GPULeases honoured
 replicas (``flexinfer.core.model_status_plan``), write a preemption first (Preempted status, Normal
 event ``Preempted``, preemptions counter) and re-check in-flight reports on the written object, apply the
 rendered Deployment + Service (``flexinfer.kube.applier``), derive the status from the applied Deployment
-and the newest pod (while its server runs but is not ready, refined from its log tail:
+and the newest pod (while its server or flash-loader runs but is not ready, refined from its log tail:
 ``flexinfer.core.loading_logs``) and write it only when it changed; observe lifecycle metrics on
-transitions; finally arm a timer for the next time-driven change (and the next log read while a server
-loads). Called by the reconcile queue (``flexinfer.kube.manager``).
+transitions (with the pass's facts: an incumbent scaled to zero ends a swap's drain; the pod's Ready
+condition time is the Ready instant); finally arm a timer for the next time-driven change (and the next
+log read while a server loads). Called by the reconcile queue (``flexinfer.kube.manager``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from flexinfer.core.model_status import (
     failed_status,
     loading_detail,
     newest_pod,
+    ready_since,
     status_patch,
     with_ignored_fields,
 )
@@ -64,7 +66,7 @@ from flexinfer.core.model_status_plan import (
 from flexinfer.core.replicas import ReplicaContext
 from flexinfer.kube.applier import Applier
 from flexinfer.kube.client import KubeApi
-from flexinfer.kube.lifecycle import LifecycleTracker
+from flexinfer.kube.lifecycle import LifecycleTracker, PassFacts
 from flexinfer.kube.ports import LifecycleSink, ReconcileScope
 from flexinfer.kube.store import Store, Unit
 
@@ -116,6 +118,8 @@ class Reconciler:
             if item.error is not None:
                 await self._invalid(item.body, item.error, now)
         models = [p.model for p in parsed if p.model is not None]
+        for model in models:
+            self.lifecycle.declared(model)
         steps = self._plan(unit, models, now)
         reading_logs = False
         for step in steps:
@@ -192,8 +196,9 @@ class Reconciler:
                 step, model = await self._preempt(step, now)
                 rendered = self._render(model, step.plan)
             deployment = await self.applier.apply(rendered[0])
+            applied_at = self._clock()
             await self.applier.apply(rendered[1])
-            return await self._write_status(step, model, DeploymentFacts.from_body(deployment), now)
+            return await self._write_status(step, model, deployment, now, applied_at)
 
     def _render(self, model: Model, plan: MemberPlan) -> list[Body]:
         caches = self._store.caches(model.namespace)
@@ -220,7 +225,9 @@ class Reconciler:
         inputs = replace(step.inputs, model=updated, busy=bool(busy))
         return Step(inputs, plan_member(inputs, ReplicaContext(now=now), self._policy)), updated
 
-    async def _write_status(self, step: Step, model: Model, applied: DeploymentFacts | None, now: datetime) -> bool:
+    async def _write_status(self, step: Step, model: Model, deployment: Body, now: datetime,
+                            applied_at: datetime) -> bool:
+        applied = DeploymentFacts.from_body(deployment)
         pod = newest_pod(self._store.pods(model.namespace, model.name))
         inputs, detail = replace(step.inputs, model=model), loading_detail(pod)
         finished = finish_member(inputs, step.plan, applied, detail, now)
@@ -240,7 +247,11 @@ class Reconciler:
             await self._report_ignored(model, self._store_body(model), STATUS_REFUSED)
             return False
         await self._report_ignored(model, body)
-        self.lifecycle.observe(model, status, now)
+        live = step.inputs.deployment
+        stopped = live is not None and live.replicas > 0 and step.plan.replicas == 0
+        facts = PassFacts(stopped_at=applied_at if stopped else None,
+                          ready_condition_at=ready_since(pod, deployment) if status.phase == "Ready" else None)
+        self.lifecycle.observe(model, status, now, facts)
         return reading_log
 
     # ---------------------------------------------------------------- fields ignored in stored objects

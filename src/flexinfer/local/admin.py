@@ -8,8 +8,9 @@ Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_loc
 - ``POST /admin/models/{model}/load[?wait=true]`` / ``POST /admin/models/{model}/unload`` →
   ``{"model": key, "phase": ...}``
 
-``{model}`` is a name, alias or ``namespace/name``. Errors use the OpenAI error envelope (unknown model →
-404). When a token is given, every route needs ``Authorization: Bearer <token>``.
+``{model}`` is a name, alias or ``namespace/name`` (resolved once, by the catalog, to the model key). Errors
+use the OpenAI error envelope (unknown model → 404, a name several namespaces use → 409). When a token is
+given, every route needs ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import BadRequestError, ModelNotFoundError, RequestError, UnauthorizedError
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.logs import LogStore
@@ -55,9 +57,9 @@ class Control(Protocol):
 
     def snapshot(self) -> list[ModelState]: ...
 
-    async def preload(self, model: str, wait: bool = False, timeout: float | None = None) -> str: ...
+    async def preload(self, model: ModelKey, wait: bool = False, timeout: float | None = None) -> str: ...
 
-    async def unload(self, model: str) -> None: ...
+    async def unload(self, model: ModelKey) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class AdminApi:
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             raise UnauthorizedError("Invalid or missing bearer token")
 
-    def _key(self, request: web.Request) -> str:
+    def _key(self, request: web.Request) -> ModelKey:
         name = request.match_info["model"]
         key = self.catalog.key(name)
         if key is None:

@@ -1,7 +1,10 @@
-"""Waiting for the right to forward: one call to ``Activator.acquire`` with its metrics, span and, for
-streaming requests, the ``: loading <model> …`` SSE comments sent while a cold start or swap runs.
+"""Waiting for the right to forward: a per-model concurrency slot (``limits.ConcurrencyLimiter``), then one
+call to ``Activator.acquire``, with the queue metrics (a wait at either gate is one wait), the activation
+metric and span and, for streaming requests, the ``: loading <model> …`` SSE comments sent while a cold
+start or swap runs.
 
-The acquire call is cancelled if the client goes away (the request is then withdrawn and never counts as
+The model is the key the catalog resolved (``namespace/name``); metrics and comments carry it. The acquire
+call is cancelled if the client goes away (the request is then withdrawn and never counts as
 in flight); a grant that arrives after the request was abandoned is released at once. Called by
 ``handler.py``.
 """
@@ -10,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import (
     ColdStartTimeoutError,
     QueueFullError,
     RequestError,
 )
 from flexinfer.proxy.hooks import ProxyMetrics, RequestTrace, Span
+from flexinfer.proxy.limits import ConcurrencyLimiter
 from flexinfer.proxy.streaming import Reply, loading_comment
 from flexinfer.runtime.ports import Activator, Grant
 
@@ -33,62 +40,86 @@ def outcome_of(error: BaseException) -> str:
 
 
 class _Wait:
-    """Bookkeeping for one request that had to wait for an activation (``on_wait`` fired)."""
+    """One request's wait for its model, whichever gate holds it: a per-model concurrency slot (``queued``)
+    or an activation (``__call__``, the activator's ``on_wait``). The queue metrics count it once, from the
+    first wait to the grant; the activation histogram and the ``proxy.cold_start`` span cover the activation."""
 
-    __slots__ = ("_metrics", "_model", "_started", "_trace", "reason", "signal", "span")
+    __slots__ = ("_activating", "_done", "_metrics", "_model", "_since", "_trace", "reason", "signal", "span")
 
-    def __init__(self, model: str, metrics: ProxyMetrics, trace: RequestTrace) -> None:
+    def __init__(self, model: ModelKey, metrics: ProxyMetrics, trace: RequestTrace) -> None:
         self._model, self._metrics, self._trace = model, metrics, trace
         self.signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.span: Span | None = None
         self.reason = ""
-        self._started = 0.0
+        self._since: float | None = None
+        self._activating: float | None = None
+        self._done = False
+
+    def queued(self) -> None:
+        """The request has to wait at a gate (counted once per request)."""
+        if self._since is None and not self._done:
+            self._since = time.monotonic()
+            self._metrics.wait_started(self._model)
 
     def __call__(self, reason: str) -> None:
-        if self.span is not None:
+        if self.span is not None or self._done:
             return
-        self._started, self.reason = time.monotonic(), reason
-        self.span = self._trace.cold_start(self._model)
+        self.queued()
+        self._activating, self.reason = time.monotonic(), reason
+        self.span = self._trace.cold_start(self._model.name)
         self.span.set_attribute("flexinfer.activation", reason)
-        self._metrics.wait_started(self._model)
         if not self.signal.done():
             self.signal.set_result(None)
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self._started
+        """Seconds since the activation wait began."""
+        return time.monotonic() - (self._activating or time.monotonic())
 
     def finish(self, error: BaseException | None) -> None:
-        if self.span is None:
+        """The wait ended: granted (``error`` None) or not; only the first call counts."""
+        if self._done:
             return
-        outcome = "granted" if error is None else outcome_of(error)
-        self._metrics.wait_finished(self._model, self.elapsed, outcome)
-        self.span.set_attribute("flexinfer.outcome", outcome)
-        self.span.end(error=None if error is None else outcome)
+        self._done = True
+        now, outcome = time.monotonic(), "granted" if error is None else outcome_of(error)
+        if self._since is not None:
+            self._metrics.wait_finished(self._model, now - self._since, outcome)
+        if self._activating is not None:
+            self._metrics.activation_finished(self._model, now - self._activating, outcome)
+        if self.span is not None:
+            self.span.set_attribute("flexinfer.outcome", outcome)
+            self.span.end(error=None if error is None else outcome)
 
 
 class Admission:
-    """Acquires grants from the activator for one proxy."""
+    """Admits requests for one proxy: a per-model concurrency slot, then a grant from the activator."""
 
     def __init__(self, activator: Activator, metrics: ProxyMetrics, timeout: float, interval: float) -> None:
         self._activator, self._metrics = activator, metrics
         self._timeout, self._interval = timeout, interval
 
-    async def acquire(self, model: str, trace: RequestTrace, reply: Reply | None) -> Grant:
-        """Wait for a grant; with a ``reply`` (streaming request) start it early and send loading comments."""
+    @asynccontextmanager
+    async def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
+                    slots: ConcurrencyLimiter) -> AsyncIterator[Grant]:
+        """Hold one of ``slots``' places for ``model`` for the whole block and yield the activator's grant
+        (the caller releases it); with a ``reply`` (streaming request) send loading comments while a model
+        activates. A wait at either gate is one wait in the queue metrics."""
         wait = _Wait(model, self._metrics, trace)
-        error: BaseException | None = None
         try:
-            if reply is None:
-                return await self._activator.acquire(model, self._timeout, wait)
-            return await self._acquire_streaming(model, wait, reply)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
+            async with slots.slot(model, self._timeout, wait.queued):
+                grant = await self._acquire(model, wait, reply)
+                wait.finish(None)
+                yield grant
+        except BaseException as error:
             wait.finish(error)
+            raise
 
-    async def _acquire_streaming(self, model: str, wait: _Wait, reply: Reply) -> Grant:
+    async def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Grant:
+        if reply is None:
+            return await self._activator.acquire(model, self._timeout, wait)
+        return await self._acquire_streaming(model, wait, reply)
+
+    async def _acquire_streaming(self, model: ModelKey, wait: _Wait, reply: Reply) -> Grant:
         task = asyncio.ensure_future(self._activator.acquire(model, self._timeout, wait))
         try:
             await asyncio.wait((task, wait.signal), return_when=asyncio.FIRST_COMPLETED)
@@ -100,10 +131,11 @@ class Admission:
                 task.cancel()
                 task.add_done_callback(_release_late_grant)
 
-    async def _comment_until_done(self, model: str, wait: _Wait, reply: Reply, task: asyncio.Future[Grant]) -> None:
+    async def _comment_until_done(self, model: ModelKey, wait: _Wait, reply: Reply,
+                                  task: asyncio.Future[Grant]) -> None:
         response = await reply.start_sse()
         while not task.done():
-            await response.write(loading_comment(model, wait.elapsed))
+            await response.write(loading_comment(model.name, wait.elapsed))
             await asyncio.wait((task,), timeout=self._interval)
 
 

@@ -4,16 +4,21 @@ The proxy imports no other adapter; ``flexinfer.assembly`` injects objects satis
 (adapters over ``flexinfer.observability.metrics`` and ``flexinfer.observability.tracing``). The null
 implementations here are the defaults (tests, benchmarks, tracing off).
 
-Metric calls (all labels bounded: ``model`` is a catalog name or ``None`` for an unknown/missing model):
+Metric calls (all labels bounded: ``model`` is the model key ``namespace/name`` the catalog resolved, labelled
+as ``model`` and ``namespace``, or ``None`` for an unknown, ambiguous or missing model):
 
-- ``request_finished(model, status, seconds)`` → ``flexinfer_proxy_requests_total{model,status}`` and
-  ``flexinfer_proxy_request_duration_seconds{model}``; ``status`` ∈ success, error, rate_limited, parked.
+- ``request_finished(model, status, seconds)`` → ``flexinfer_proxy_requests_total{model,namespace,status}`` and
+  ``flexinfer_proxy_request_duration_seconds{model,namespace}``; ``status`` ∈ success, error, cancelled (the
+  client went away), rate_limited, parked, background_not_ready.
 - ``connection_opened(model)`` / ``connection_closed(model)`` → ``flexinfer_proxy_active_connections``.
-- ``wait_started(model)`` → ``flexinfer_proxy_queued_requests_total`` +1, ``flexinfer_proxy_queue_depth`` +1.
-- ``wait_finished(model, seconds, outcome)`` → queue_depth -1, ``flexinfer_proxy_queue_wait_duration_seconds``,
-  ``flexinfer_proxy_activation_duration_seconds{result}`` (success/failure), and
-  ``flexinfer_proxy_queue_rejected_total`` when outcome is ``rejected``. Outcomes: granted, timeout,
-  rejected, failed, cancelled.
+- ``wait_started(model)`` → ``flexinfer_proxy_queued_requests_total`` +1, ``flexinfer_proxy_queue_depth`` +1:
+  the request waits for its model, at either gate (a per-model concurrency slot or an activation); once per
+  request however many gates hold it.
+- ``wait_finished(model, seconds, outcome)`` → queue_depth -1, ``flexinfer_proxy_queue_wait_duration_seconds``
+  (from the first wait to the grant), and ``flexinfer_proxy_queue_rejected_total`` when outcome is
+  ``rejected``. Outcomes: granted, timeout, rejected, failed, cancelled.
+- ``activation_finished(model, seconds, outcome)`` → ``flexinfer_proxy_activation_duration_seconds{result}``
+  (success/failure; nothing when cancelled) for a request that waited for a cold start or swap.
 - ``rate_limited(model, scope)`` → ``flexinfer_proxy_rate_limited_total{model,scope}`` (scope model/global).
 - ``shutdown(result, seconds)`` → ``flexinfer_proxy_shutdowns_total{result}`` (+ duration when completed).
 
@@ -40,6 +45,8 @@ class ProxyMetrics(Protocol):
     def wait_started(self, model: str) -> None: ...
 
     def wait_finished(self, model: str, seconds: float, outcome: str) -> None: ...
+
+    def activation_finished(self, model: str, seconds: float, outcome: str) -> None: ...
 
     def rate_limited(self, model: str | None, scope: str) -> None: ...
 
@@ -87,6 +94,9 @@ class NullMetrics:
         return None
 
     def wait_finished(self, model: str, seconds: float, outcome: str) -> None:
+        return None
+
+    def activation_finished(self, model: str, seconds: float, outcome: str) -> None:
         return None
 
     def rate_limited(self, model: str | None, scope: str) -> None:

@@ -86,12 +86,15 @@ class ConcurrencyLimiter:
         self._slots: dict[str, asyncio.Semaphore] = {}
 
     @asynccontextmanager
-    async def slot(self, model: str, timeout: float) -> AsyncIterator[None]:
-        """Hold one of the model's slots; waiting longer than ``timeout`` → 504 timeout."""
+    async def slot(self, model: str, timeout: float, on_wait: Callable[[], None] | None = None) -> AsyncIterator[None]:
+        """Hold one of the model's slots; ``on_wait()`` when none is free at once (the request queues);
+        waiting longer than ``timeout`` → 504 timeout."""
         if self._limit <= 0:
             yield
             return
         semaphore = self._slots.setdefault(model, asyncio.Semaphore(self._limit))
+        if on_wait is not None and semaphore.locked():
+            on_wait()
         try:
             async with asyncio.timeout(timeout):
                 await semaphore.acquire()

@@ -3,7 +3,8 @@
 The dispatcher (``flexinfer.runtime.dispatcher``) calls one observer synchronously from its task;
 ``flexinfer.assembly`` passes ``LifecycleMetrics`` (``flexinfer.observability.metrics``), a tracing
 adapter, or both through ``ObserverGroup``. Subclass ``NullObserver`` to implement only some methods.
-Times are readings of the dispatcher's clock (``time.monotonic()`` in production).
+Times are readings of the dispatcher's clock (``time.monotonic()`` in production). ``declared`` comes
+before any other call for a model (and again when its spec changes), ``forgotten`` after the last one.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class LifecycleObserver(Protocol):
 
     def activation(self, record: ActivationRecord) -> None: ...
 
+    def declared(self, model: Model) -> None: ...
+
     def forgotten(self, model: Model) -> None: ...
 
 
@@ -75,6 +78,9 @@ class NullObserver:
         return None
 
     def activation(self, record: ActivationRecord) -> None:
+        return None
+
+    def declared(self, model: Model) -> None:
         return None
 
     def forgotten(self, model: Model) -> None:
@@ -111,6 +117,9 @@ class ObserverGroup:
 
     def activation(self, record: ActivationRecord) -> None:
         self._each("activation", record)
+
+    def declared(self, model: Model) -> None:
+        self._each("declared", model)
 
     def forgotten(self, model: Model) -> None:
         self._each("forgotten", model)

@@ -30,7 +30,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_pass_promtool_check() -> None:
     proc = promtool("check", "rules", RULES.name)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 10 rules found" in proc.stdout
+    assert "SUCCESS: 11 rules found" in proc.stdout
 
 
 def test_rule_unit_tests_pass() -> None:

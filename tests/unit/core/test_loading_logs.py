@@ -50,3 +50,28 @@ def test_long_lines_are_cut_to_the_message_limit() -> None:
     detail = refine_from_log(["Capturing CUDA graph " + "x" * 500])
     assert detail is not None and detail.substage == "Compiling"
     assert len(detail.message) == MESSAGE_LIMIT and detail.message.endswith("…")
+
+
+@pytest.mark.parametrize("lines,expected", [
+    (["flash-load: copying 12 files, 16000.0 MiB"],
+     "staging weights into tmpfs: 0.0 of 16000.0 MiB (0%), 0/12 files"),
+    (["flash-load: copying 12 files, 16000.0 MiB", "flash-load: 1234.5/16000.0 MiB (8%), 3/12 files, 1.20 GB/s",
+      "flash-load: copied model-00001.safetensors (4000.0 MiB)"],
+     "staging weights into tmpfs: 1234.5 of 16000.0 MiB (8%), 3/12 files"),
+])
+def test_flash_loader_progress_is_bytes_and_files_without_the_rate(lines: list[str], expected: str) -> None:
+    assert refine_from_log(lines) == LoadingDetail("LoadingWeights", expected)
+
+
+def test_the_same_bytes_at_another_rate_is_the_same_message() -> None:
+    """The rate falls while a copy hangs; only bytes count as progress."""
+    fast = refine_from_log(["flash-load: 10.0/20.0 MiB (50%), 1/2 files, 1.00 GB/s"])
+    slow = refine_from_log(["flash-load: 10.0/20.0 MiB (50%), 1/2 files, 0.01 GB/s"])
+    assert fast == slow
+
+
+def test_a_checksum_pass_is_progress_too() -> None:
+    assert refine_from_log(["flash-load: checksumming 2 files, 40.0 MiB"]) == LoadingDetail(
+        "LoadingWeights", "checksumming weights: 0.0 of 40.0 MiB (0%), 0/2 files")
+    assert refine_from_log(["flash-load: checksummed 10.0/40.0 MiB (25%), 1/2 files, 0.50 GB/s"]) == LoadingDetail(
+        "LoadingWeights", "checksumming weights: 10.0 of 40.0 MiB (25%), 1/2 files")

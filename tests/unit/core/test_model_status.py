@@ -66,6 +66,14 @@ def test_loading_substage_from_container_states(pod: dict[str, Any], substage: s
     assert detail is not None and detail.substage == substage and fragment in detail.message
 
 
+def test_a_running_flash_loader_names_its_log_and_the_server_waiting_for_it_does_not() -> None:
+    staging = loading_detail(_pod(init=[{"name": "flash-loader", "state": {"running": {}}, "ready": False}],
+                                  main=[{"name": "model", "state": {"waiting": {"reason": "PodInitializing"}}}]))
+    assert staging is not None and staging.log_container == "flash-loader"
+    other = loading_detail(_pod(init=[{"name": "setup", "state": {"running": {}}, "ready": False}]))
+    assert other is not None and other.log_container is None
+
+
 def test_unscheduled_pod_and_long_messages() -> None:
     unscheduled = {"type": "PodScheduled", "status": "False", "message": "Insufficient amd.com/gpu"}
     pod = {"status": {"conditions": [unscheduled]}}

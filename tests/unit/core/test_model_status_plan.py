@@ -96,7 +96,7 @@ def test_activation_clock_survives_a_restart_through_status() -> None:
     assert clock is not None
     done = clock.finish(T0.timestamp() + 12.5)
     assert (done.cold_start, done.swap) == (12.5, 12.5)
-    assert {s.stage for s in done.stages} >= {"queue", "drain"}
+    assert [s.stage for s in done.stages] == ["queue"], "the drain's end was not seen: no drain sample"
 
 
 def test_swap_source_is_consumed_once_the_winner_changed_readiness() -> None:

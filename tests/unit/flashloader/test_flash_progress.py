@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from flexinfer.flashloader.progress import LogProgress, NullProgress, RichProgress, make_progress
+from flexinfer.flashloader.progress import CHECKSUMMING, LogProgress, NullProgress, RichProgress, make_progress
 
 
 class Clock:
@@ -49,3 +49,16 @@ def test_rich_bar_renders_to_a_terminal() -> None:
     bar.advance(1000)
     bar.end()
     assert "flash-load" in stream.getvalue()
+
+
+def test_a_checksum_pass_reports_its_own_progress_lines() -> None:
+    lines: list[str] = []
+    clock = Clock()
+    sink = LogProgress(lines.append, interval=5.0, clock=clock)
+    sink.begin(2, 400 * 2**20, CHECKSUMMING)
+    clock.now = 6.0
+    sink.advance(100 * 2**20)
+    sink.file_done("model.safetensors", 150 * 2**20)  # no "copied" line for a hashed file
+    sink.end()
+    assert lines == ["flash-load: checksumming 2 files, 400.0 MiB",
+                     "flash-load: checksummed 100.0/400.0 MiB (25%), 0/2 files, 0.02 GB/s"]

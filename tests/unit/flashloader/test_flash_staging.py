@@ -269,3 +269,36 @@ def test_worker_count_never_exceeds_the_cpus_available() -> None:
     assert worker_count(1) == 1
     assert worker_count(cpus + 7) == cpus
     assert worker_count(0) == 1
+
+
+class Tasks:
+    """A progress sink recording, per task, the bytes advanced."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[str, int, int]] = []
+        self._lock = threading.Lock()
+
+    def begin(self, files: int, total_bytes: int, task: str = "copying") -> None:
+        self.tasks.append((task, total_bytes, 0))
+
+    def advance(self, nbytes: int) -> None:
+        with self._lock:
+            task, total, done = self.tasks[-1]
+            self.tasks[-1] = (task, total, done + nbytes)
+
+    def file_done(self, rel: str, size: int) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def test_verify_passes_report_the_bytes_they_hash(src: Path, dst: Path) -> None:
+    write_tree(src, MODEL)
+    size = sum(map(len, MODEL.values()))
+    sink = Tasks()
+    stage_blocking(src, dst, StageSettings(verify=True), sink)
+    assert sink.tasks == [("checksumming", 0, 0), ("copying", size, size), ("checksumming", 2 * size, 2 * size)]
+    again = Tasks()
+    stage_blocking(src, dst, StageSettings(verify=True), again)
+    assert again.tasks[0] == ("checksumming", 2 * size, 2 * size)

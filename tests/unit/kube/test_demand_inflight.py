@@ -20,6 +20,7 @@ from flexinfer.kube.proxy_side import ClusterSide
 from support.cluster_side import cluster_side
 from support.fake_model_api import FakeModelApi, model_body
 from support.polling import eventually
+from support.recording_engine import key
 
 KEY = INFLIGHT_PREFIX + "proxy-a"
 
@@ -39,14 +40,14 @@ async def test_the_first_grant_writes_the_report_before_returning_and_later_gran
     api = FakeModelApi()
     await ready_model(api)
     async with cluster_side(api) as cluster:
-        first = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
+        first = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
         stamp = report(api)
         assert stamp is not None
         assert busy_proxies({KEY: stamp}, datetime.fromisoformat(stamp), 30.0) == ["proxy-a"]
-        second = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
+        second = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
         first.release()
         second.release()
-        third = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
+        third = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
         third.release()
         assert len(api.json_patches) == 1 and api.metadata_patches == []
         _, _, ops, applied = api.json_patches[0]
@@ -60,8 +61,8 @@ async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
     await ready_model(api, "busy")
     async with cluster_side(api) as cluster:
         reporter: InflightReporter = cluster.reporter
-        (await asyncio.wait_for(cluster.activator.acquire("idle", 5), 2)).release()
-        held = await asyncio.wait_for(cluster.activator.acquire("busy", 5), 2)
+        (await asyncio.wait_for(cluster.activator.acquire(key("idle"), 5), 2)).release()
+        held = await asyncio.wait_for(cluster.activator.acquire(key("busy"), 5), 2)
         reporter._refresh = 0.0  # every heartbeat re-stamps
         before = report(api, "busy")
         beat = asyncio.create_task(cluster.activator.heartbeat(interval=0.01))
@@ -75,7 +76,7 @@ async def test_a_model_that_left_ready_is_cleared_when_its_last_request_ends() -
     api = FakeModelApi()
     await ready_model(api)
     async with cluster_side(api) as cluster:
-        held = await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
+        held = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
         await api.set_status("m", {"phase": "Preempted"})
         await eventually(lambda: cluster.store.get("default/m").status.phase == "Preempted")  # type: ignore[union-attr]
         assert report(api) is not None  # the manager sees the report and drains
@@ -87,7 +88,7 @@ async def test_an_idle_model_that_left_ready_is_cleared_at_once() -> None:
     api = FakeModelApi()
     await ready_model(api)
     async with cluster_side(api) as cluster:
-        (await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)).release()
+        (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
         assert report(api) is not None  # lazily kept while Ready
         await api.set_status("m", {"phase": "Preempted"})
         await eventually(lambda: report(api) is None)
@@ -97,7 +98,7 @@ async def test_shutdown_clears_every_report() -> None:
     api = FakeModelApi()
     await ready_model(api)
     async with cluster_side(api) as cluster:
-        await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)
+        await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
         assert report(api) is not None
     assert report(api) is None
 
@@ -126,7 +127,7 @@ async def test_the_first_report_keeps_other_annotations_whatever_the_cached_shap
 
 async def served_then_idle(cluster: ClusterSide) -> None:
     """One request served (the dispatcher has the model Ready), then the heartbeat cleared our report."""
-    (await asyncio.wait_for(cluster.activator.acquire("m", 5), 2)).release()
+    (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
     await cluster.reporter.refresh(set())
 
 
@@ -136,7 +137,7 @@ async def test_a_refused_first_report_is_not_forwarded_and_the_request_waits_for
     async with cluster_side(api) as cluster:
         await served_then_idle(cluster)
         api.objects["default/m"]["status"]["phase"] = "Preempted"  # the server moved on; the watch lags
-        request = asyncio.create_task(cluster.activator.acquire("m", 10))
+        request = asyncio.create_task(cluster.activator.acquire(key("m"), 10))
         await eventually(lambda: cluster.reporter.refusals == 1)
         assert report(api) is None and not request.done()
         demand_before = len(api.patches)
@@ -160,7 +161,7 @@ async def test_with_a_lagging_watch_the_model_is_reactivated_and_the_request_tim
         api.objects["default/m"]["status"]["phase"] = "Preempted"  # not delivered to the watch
         demand_before = len(api.patches)
         with pytest.raises(ColdStartTimeoutError):
-            await asyncio.wait_for(cluster.activator.acquire("m", 0.3), 5)
+            await asyncio.wait_for(cluster.activator.acquire(key("m"), 0.3), 5)
         assert cluster.reporter.refusals >= 1
         assert len(api.patches) > demand_before  # REFUSAL_WAIT passed: marked stopped, demand signalled
         assert report(api) is None and cluster.activator.in_flight == {}

@@ -18,6 +18,7 @@ from flexinfer.kube.proxy_side import ClusterSide
 from support.cluster_side import cluster_side
 from support.fake_model_api import FakeModelApi, model_body
 from support.polling import eventually
+from support.recording_engine import key
 
 
 def marker(api: FakeModelApi, name: str = "m") -> str | None:
@@ -46,12 +47,12 @@ async def test_a_waiting_period_writes_the_marker_once_and_ready_clears_it() -> 
     await api.put(model_body("m", phase="Idle"))
     async with cluster_side(api) as cluster:
         before = datetime.now(UTC)
-        burst = [asyncio.create_task(cluster.activator.acquire("m", 5)) for _ in range(5)]
+        burst = [asyncio.create_task(cluster.activator.acquire(key("m"), 5)) for _ in range(5)]
         await eventually(lambda: marker(api) is not None)
         stamp = parse_waiting_since(marker(api) or "")
         assert before <= stamp <= datetime.now(UTC)
         await synced(cluster, api)
-        later = [asyncio.create_task(cluster.activator.acquire("m", 5)) for _ in range(3)]
+        later = [asyncio.create_task(cluster.activator.acquire(key("m"), 5)) for _ in range(3)]
         await eventually(lambda: cluster.marker.waiting("default/m") == 8)
         await api.set_status("m", {"phase": "Loading"})
         await synced(cluster, api)
@@ -70,7 +71,7 @@ async def test_an_older_marker_of_another_replica_is_kept_and_not_cleared_by_us(
     older = rfc3339(datetime.now(UTC) - timedelta(minutes=3))
     await api.put(model_body("m", phase="Idle", annotations={WAITING_SINCE_ANNOTATION: older}))
     async with cluster_side(api) as cluster:
-        waiting = asyncio.create_task(cluster.activator.acquire("m", 0.3))
+        waiting = asyncio.create_task(cluster.activator.acquire(key("m"), 0.3))
         with pytest.raises(FlexInferError):
             await asyncio.wait_for(waiting, 2)
         await synced(cluster, api)
@@ -84,7 +85,7 @@ async def test_a_newer_or_garbage_marker_is_replaced_by_our_older_wait() -> None
     await api.put(model_body("m", phase="Idle", annotations={WAITING_SINCE_ANNOTATION: newer}))
     await api.put(model_body("g", phase="Idle", annotations={WAITING_SINCE_ANNOTATION: "soon"}))
     async with cluster_side(api) as cluster:
-        tasks = [asyncio.create_task(cluster.activator.acquire(name, 5)) for name in ("m", "g")]
+        tasks = [asyncio.create_task(cluster.activator.acquire(key(name), 5)) for name in ("m", "g")]
         await eventually(lambda: marker(api) not in (newer, None) and marker(api, "g") not in ("soon", None))
         assert parse_waiting_since(marker(api) or "") < parse_waiting_since(newer)
         for task in tasks:
@@ -96,12 +97,12 @@ async def test_the_marker_is_cleared_when_the_waits_end_by_timeout_or_cancellati
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
     async with cluster_side(api) as cluster:
-        timed_out = asyncio.create_task(cluster.activator.acquire("m", 0.3))
+        timed_out = asyncio.create_task(cluster.activator.acquire(key("m"), 0.3))
         await eventually(lambda: marker(api) is not None)
         with pytest.raises(FlexInferError):
             await asyncio.wait_for(timed_out, 2)
         await eventually(lambda: marker(api) is None)
-        cancelled = asyncio.create_task(cluster.activator.acquire("m", 5))
+        cancelled = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: marker(api) is not None)
         cancelled.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -119,7 +120,7 @@ async def test_a_stale_marker_on_a_ready_model_is_cleared_and_a_cleared_one_rewr
     await api.put(model_body("m", phase="Idle"))
     async with cluster_side(api) as cluster:
         await eventually(lambda: marker(api, "r") is None)
-        waiting = asyncio.create_task(cluster.activator.acquire("m", 5))
+        waiting = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: marker(api) is not None)
         ours = marker(api)
         await synced(cluster, api)
