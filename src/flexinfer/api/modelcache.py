@@ -30,8 +30,9 @@ class CacheFlashLoaderSpec(ApiModel):
     enabled: bool = False
     concurrency: int | None = Field(default=None, ge=1, le=32)
     tmpfs_size_limit: Quantity | None = None
-    p2p: bool = False
-    p2p_port: int = Field(default=9876, ge=1, le=65535)
+    # Explicit aliases: the generated camelCase of ``p2p_port`` is ``p2PPort``, not Go's ``p2pPort``.
+    p2p: bool = Field(default=False, alias="p2p")
+    p2p_port: int = Field(default=9876, ge=1, le=65535, alias="p2pPort")
     image: str | None = None
 
 

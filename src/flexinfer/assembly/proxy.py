@@ -73,8 +73,9 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     proxy_cfg = proxy_config(env).validate()
     settings = cluster_proxy_settings(env, cold_start_timeout=proxy_cfg.cold_start_timeout,
                                       queue_limit=proxy_cfg.max_queue_size)
+    trace_settings = tracing_settings(env)  # every setting is checked before anything connects
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
-    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", tracing_settings(env))
+    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)
     side = ClusterSide(api, settings, observer=TracingObserver(tracing) if tracing.enabled else None)
     try:
         await side.start()
