@@ -95,10 +95,12 @@ class Admission:
             if not task.done():
                 await self._comment_until_done(model, wait, reply, task)
             return await task
-        finally:
-            if not task.done():
-                task.cancel()
-                task.add_done_callback(_release_late_grant)
+        except BaseException:
+            # Abandoned (client gone, error event failed, shutdown): the grant may already have arrived
+            # in the same loop iteration, so release it whether the acquire is still running or not.
+            task.cancel()
+            task.add_done_callback(_release_late_grant)
+            raise
 
     async def _comment_until_done(self, model: str, wait: _Wait, reply: Reply, task: asyncio.Future[Grant]) -> None:
         response = await reply.start_sse()
