@@ -30,8 +30,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PROXY_GRACEFUL_SHUTDOWN_TIMEOUT", "10m", "How long shutdown waits for in-flight requests."),
     EnvVar("PROXY_SHUTDOWN_DRAIN_DELAY", "5s", "Time between /readyz turning 503 and closing the listener."),
     EnvVar("PROXY_MAX_BODY_BYTES", "32Mi", "Largest accepted request body (bytes or a quantity); larger → 413."),
-    EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once (0 = unlimited); "
-           "excess requests wait within the queue timeout."),
+    EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once, on top of the "
+           "model's own parallel capacity (`spec.config.parallel`; 1 for llama.cpp unless set) which always "
+           "applies (0 = no extra cap); excess requests wait within the queue timeout."),
     EnvVar("PROXY_LOADING_COMMENT_INTERVAL", "1.5s", "Interval of `: loading <model>` SSE comments while a "
            "streaming request waits for a cold start or swap."),
     EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server."),

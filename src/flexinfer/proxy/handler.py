@@ -144,7 +144,7 @@ class ProxyHandler:
         if background and view.phase != "Ready":
             raise BackgroundNotReadyError(view.name, view.phase)
         self._rate_limit(view.name)
-        async with self._concurrency.slot(view.name, self._config.wait_timeout):
+        async with self._concurrency.slot(view.name, self._config.wait_timeout, view.parallel):
             grant = await self._admission.acquire(view.name, trace, reply if routed.streaming else None)
             self._metrics.connection_opened(view.name)
             try:
