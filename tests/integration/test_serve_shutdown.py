@@ -2,7 +2,8 @@
 
 - A second SIGTERM while a long stream is in flight: ``serve`` exits within its bound, the stream ends with
   an SSE ``service_unavailable`` error event (no silent cut, no ``[DONE]``), no model server is left.
-- Streams whose clients went away do not hold the shutdown (they are not in flight).
+- Streams whose clients went away do not hold the shutdown: they are not in flight, and a model server
+  (a real llama-cpp-python one) still generating for them is not waited for the whole stop grace.
 - SIGKILL of ``serve``: its model servers die with it (parent-death signal); what survives (a forked
   grandchild) is reaped by the next ``serve`` started on the same state directory.
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -157,6 +159,30 @@ async def test_abandoned_streams_do_not_hold_the_shutdown(serve_in, tmp_path) ->
     took = await wait_exit(serve.proc, 20)
     assert took < 5, f"{took:.1f}s to exit:\n{serve.log}"
     assert serve.proc.returncode == 0, serve.log
+    await wait_dead([pid], 5)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
+async def test_streams_abandoned_at_a_real_llama_cpp_server_do_not_hold_the_shutdown(serve_in, tmp_path) -> None:
+    """llama-cpp-python keeps generating for a client that is gone and, on SIGTERM, waits for it: serve
+    must not wait the whole stop grace (10 s) for work nobody will read."""
+    from support.tiny_gguf import write_tiny_gguf
+
+    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    serve = serve_in([model_manifest("tiny", write_tiny_gguf(tmp_path / "tiny.gguf"), None, config)])
+    pid = load(serve.url, "tiny")
+    body = {"model": "tiny", "stream": True, "max_tokens": 400, "logit_bias": {"2": -100},
+            "messages": [{"role": "user", "content": "hello"}]}
+    async def abandon(session: aiohttp.ClientSession) -> int:
+        response = await session.post(serve.url + "/v1/chat/completions", json=body)
+        response.close()  # gone once the stream started; the server would generate 400 tokens
+        return response.status
+
+    async with aiohttp.ClientSession() as session:
+        assert await asyncio.gather(*(abandon(session) for _ in range(4))) == [200] * 4
+    serve.proc.send_signal(signal.SIGTERM)
+    took = await wait_exit(serve.proc, 20)
+    assert took < 5, f"{took:.1f}s to exit:\n{serve.log}"
     await wait_dead([pid], 5)
 
 

@@ -3,8 +3,12 @@
 ``ServerProcess.spawn`` starts the command in a new session (so the whole tree — the server and anything
 it forks — can be signalled as one group) with a parent-death signal (SIGTERM when ``serve`` dies, even by
 SIGKILL), merges stdout/stderr into the model's ``ModelLog``, and exposes ``exited`` (an event set when the
-leader exits). ``terminate`` is SIGTERM → grace → SIGKILL for the group; ``hurry`` does the same without
-waiting (a second shutdown signal); ``kill`` is an immediate SIGKILL (also safe from a signal handler).
+leader exits). ``terminate`` is SIGTERM → (after ``INTERRUPT_AFTER``) SIGINT → grace → SIGKILL for the
+group; ``hurry`` does SIGTERM now and SIGKILL later without waiting (a second shutdown signal); ``kill`` is
+an immediate SIGKILL (also safe from a signal handler). A server is only stopped once its requests are
+over (drained, or abandoned by their clients), so what it still does on SIGTERM has nobody waiting: the
+SIGINT is the second signal that makes servers such as uvicorn (llama-cpp-python, vLLM) stop waiting for
+abandoned generations instead of holding the stop for the whole grace.
 Waiting for the exit never depends on another task, so a cancelled watcher cannot leave a waiter hanging.
 Used by ``flexinfer.local.engine``.
 """
@@ -28,6 +32,8 @@ PUMP_DRAIN_SECONDS = 1.0
 PARENT_DEATH_SIGNAL = signal.SIGTERM
 """What a child receives when ``serve`` dies without stopping it (Linux ``PR_SET_PDEATHSIG``)."""
 _PR_SET_PDEATHSIG = 1
+INTERRUPT_AFTER = 1.0
+"""Seconds after SIGTERM before ``terminate`` adds a SIGINT (a server still running has no client left)."""
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -128,17 +134,26 @@ class ServerProcess:
             self._kill_timer = asyncio.get_running_loop().call_later(grace, self.kill)
 
     async def terminate(self, grace: float) -> int:
-        """SIGTERM the group, wait up to ``grace`` seconds for the leader, then SIGKILL what is left."""
+        """SIGTERM the group (SIGINT too after ``INTERRUPT_AFTER``), wait up to ``grace`` seconds for the
+        leader, then SIGKILL what is left."""
         if self._proc.returncode is None:
             self.signal_group(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(grace):
-                    await self._proc.wait()
-            except TimeoutError:
-                log.warning("process %s still running %.1fs after SIGTERM; sending SIGKILL to its group",
-                            self.pid, grace)
+            first = min(grace, INTERRUPT_AFTER)
+            if not await self._exits_within(first):
+                self.signal_group(signal.SIGINT)
+                if not await self._exits_within(grace - first):
+                    log.warning("process %s still running %.1fs after SIGTERM; sending SIGKILL to its group",
+                                self.pid, grace)
         self.kill()  # the leader is gone, but children it forked may not be
         return await self.close()
+
+    async def _exits_within(self, seconds: float) -> bool:
+        try:
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await self._proc.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def close(self) -> int:
         """Wait for the leader (after a kill) and let the log pump finish; returns the exit status."""

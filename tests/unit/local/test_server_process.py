@@ -14,6 +14,15 @@ from support.local_processes import alive
 from support.polling import eventually
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+LINGERING = [sys.executable, "-c", (
+    "import signal, sys, time\n"
+    "def term(*_):\n"  # like uvicorn: wait for requests still running (here: abandoned, 30 s of work)
+    "    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))\n"  # ... unless interrupted again
+    "    time.sleep(30)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, term)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n")]
 STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('ready', flush=True); time.sleep(60)"]
 
@@ -28,6 +37,17 @@ async def test_terminate_ends_after_every_other_task_was_cancelled() -> None:
     async with asyncio.timeout(5):
         assert await process.terminate(2.0) == -signal.SIGTERM
     assert not alive(process.pid)
+
+
+async def test_terminate_does_not_wait_the_grace_for_work_nobody_waits_for() -> None:
+    """A server only stops once its requests are over, so what it still finishes on SIGTERM was abandoned by
+    its client; the follow-up SIGINT makes it quit instead of holding the stop for the whole grace."""
+    output = ModelLog()
+    process = await ServerProcess.spawn(LINGERING, os.environ, output)
+    await eventually(lambda: "ready" in output.tail(5), 10)
+    started = asyncio.get_running_loop().time()
+    assert await process.terminate(10.0) == 0
+    assert asyncio.get_running_loop().time() - started < 5
 
 
 async def test_hurry_kills_a_server_that_ignores_sigterm_after_the_grace() -> None:
