@@ -2,9 +2,11 @@
 
 Manifests → ``LocalEngine`` (flash-loader staging injected) → ``Dispatcher`` (the single writer) → the proxy
 application with the admin API routes, one Prometheus registry for proxy + lifecycle metrics on ``/metrics``,
-and opt-in tracing. SIGTERM/SIGINT shut down gracefully (waiting requests get 503, in-flight ones finish,
-every model server is stopped); a second signal kills the model servers at once. Called by
-``flexinfer.cli.serve`` and the integration tests.
+and opt-in tracing. On start it reaps model servers a killed ``serve`` left behind. SIGTERM/SIGINT shut
+down gracefully (waiting requests get 503, in-flight ones finish, every model server is stopped); a second
+signal shuts down now (in-flight requests end with a ``shutting down`` error, model servers get SIGTERM and,
+after the close grace, SIGKILL) and ``serve`` exits within ``HURRY_BOUND`` seconds whatever happens; a
+third SIGKILLs the model servers at once. Called by ``flexinfer.cli.serve`` and the integration tests.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage
 from flexinfer.local.admin import AdminApi
 from flexinfer.local.catalog import ManifestCatalog
-from flexinfer.local.config import local_config
+from flexinfer.local.config import local_config, state_dir
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.validation import check_manifests
@@ -46,6 +48,8 @@ from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment
 
 log = logging.getLogger("flexinfer.serve")
+HURRY_SLACK = 3.0
+"""Seconds allowed on top of the close grace for a hurried shutdown before ``serve`` gives up waiting."""
 
 
 async def flash_stage(model: Model, src: Path, dst: Path) -> None:
@@ -89,6 +93,7 @@ class LocalServer:
     dispatcher: Dispatcher
     proxy: ProxyServer
     tracing: Tracing
+    _hurrying: asyncio.Future[None] | None = None
 
     async def close(self) -> None:
         """Reject waiting requests, let in-flight ones finish, stop every server, flush traces."""
@@ -99,6 +104,19 @@ class LocalServer:
             await self.engine.aclose()
             self.tracing.shutdown()
             log.info("stopped in %.1fs", time.monotonic() - started)
+
+    def hurry(self) -> None:
+        """Make a running (or not yet started) ``close`` finish now: end in-flight requests with an error,
+        skip the model drain, SIGTERM every model server (SIGKILL after the close grace)."""
+        aborted = self.proxy.state.abort()
+        log.info("shutting down now: %d request(s) in flight stopped, model servers terminated", aborted)
+        self.engine.hurry()
+        self._hurrying = asyncio.ensure_future(self.dispatcher.shutdown(drain_timeout=0.0))
+
+    @property
+    def hurry_bound(self) -> float:
+        """How long a hurried ``close`` may take before ``serve`` stops waiting for it."""
+        return self.engine.settings.close_grace + HURRY_SLACK
 
 
 def _observer(registry: CollectorRegistry, tracing: Tracing) -> LifecycleObserver:
@@ -138,7 +156,8 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     for problem in problems:
         log.warning("%s", problem)
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
-    engine = LocalEngine(local.engine, stager=flash_stage)
+    engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage)
+    engine.reap_leftovers()
     dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing))
     engine.on_exit = dispatcher.model_exited
     app = _proxy_app(proxy_cfg, models, dispatcher, engine, registry=registry, tracing=tracing)
@@ -178,16 +197,24 @@ async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: i
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
     main = asyncio.current_task()
     servers: list[LocalServer] = []
+    signals = 0
 
     def on_signal() -> None:
-        if not stop.is_set():
-            log.info("shutting down (signal again to kill model servers now)")
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("shutting down (signal again to stop in-flight requests and model servers now)")
             stop.set()
             return
-        for server in servers:
-            server.engine.kill_all()
-        if main is not None:
+        if not servers and main is not None:  # still starting: nothing to drain
             main.cancel()
+        for server in servers:
+            if signals == 2:
+                server.hurry()
+                if main is not None:  # the last resort: nothing below may hold the exit past the bound
+                    loop.call_later(server.hurry_bound, main.cancel)
+            else:
+                server.engine.kill_all()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)

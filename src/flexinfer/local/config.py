@@ -19,10 +19,12 @@ from flexinfer.local.engine import LocalEngineSettings
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("FLEXINFER_STATE_DIR", "$XDG_STATE_HOME/flexinfer or ~/.local/state/flexinfer",
-           "Where model-server logs are kept (`logs/<namespace>_<model>.log`)."),
+           "Where model-server logs are kept (`logs/<namespace>_<model>.log`), and records of running model "
+           "servers (`processes/`: a `serve` started after one was killed stops what it left)."),
     EnvVar("FLEXINFER_SHM_ROOT", "/dev/shm/flexinfer", "Flash-loader destination root (tmpfs)."),
-    EnvVar("FLEXINFER_STOP_GRACE", "10s", "Time between SIGTERM and SIGKILL when a model server is stopped.",
-           Kind.DURATION),
+    EnvVar("FLEXINFER_STOP_GRACE", "10s", "Time between SIGTERM and SIGKILL when a model server is stopped "
+           "(a SIGINT follows the SIGTERM after 1s, so servers such as uvicorn do not wait for generations "
+           "whose client is gone).", Kind.DURATION),
     EnvVar("FLEXINFER_START_TIMEOUT", "5m", "Readiness budget of a model server (`spec.config.startupTimeout` "
            "overrides it per model).", Kind.DURATION),
     EnvVar("FLEXINFER_SWAP_MIN_HOLD", "15s", "A model keeps a shared GPU at least this long after Ready "

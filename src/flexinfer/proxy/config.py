@@ -36,8 +36,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            Kind.DURATION),
     EnvVar("PROXY_MAX_BODY_BYTES", "32Mi", "Largest accepted request body (bytes or a quantity); larger → 413.",
            Kind.QUANTITY),
-    EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once (0 = unlimited); "
-           "excess requests wait within the queue timeout.", Kind.INT),
+    EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once, on top of the "
+           "model's own parallel capacity (`spec.config.parallel`; 1 for llama.cpp unless set) which always "
+           "applies (0 = no extra cap); excess requests wait within the queue timeout.", Kind.INT),
     EnvVar("PROXY_LOADING_COMMENT_INTERVAL", "1.5s", "Interval of `: loading <model>` SSE comments while a "
            "streaming request waits for a cold start or swap.", Kind.DURATION),
     EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server.", Kind.DURATION),
