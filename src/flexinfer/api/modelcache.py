@@ -34,9 +34,9 @@ class CacheFlashLoaderSpec(ApiModel):
     """Parallel copy workers (1-32)."""
     tmpfs_size_limit: Quantity | None = None
     """Size limit of the staging tmpfs (Kubernetes quantity)."""
-    p2p: bool = False
+    p2p: bool = Field(default=False, alias="p2p")
     """Accepted for compatibility; not used."""
-    p2p_port: int = Field(default=9876, ge=1, le=65535)
+    p2p_port: int = Field(default=9876, ge=1, le=65535, alias="p2pPort")
     """Accepted for compatibility; not used."""
     image: str | None = None
     """Image of the flash-loader init container."""
