@@ -24,14 +24,18 @@ pytestmark = pytest.mark.integration
 DEADLINE = 30.0
 
 
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[ServeProcess]:
+def start_serve(tmp_path: Path, **env: str) -> ServeProcess:
     weights = tmp_path / "weights.bin"
     weights.write_bytes(b"w")
     documents = [model_manifest(m, weights, "gpu0", {"command": fake_server_command(
         "--model-name", m, "--startup-delay", "0.3")}) for m in ("left", "right")]
     manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
-    process = ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", PROXY_COLD_START_TIMEOUT="60s"))
+    return ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", PROXY_COLD_START_TIMEOUT="60s", **env))
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeProcess]:
+    process = start_serve(tmp_path)
     yield process
     assert process.stop() == 0, process.log
 
@@ -93,3 +97,19 @@ def test_status_page_follows_a_swap(serve: ServeProcess, tmp_path: Path) -> None
         until(driver, "the right server's log tail",
               lambda d: "FAKE_OPENAI_PORT=" in d.find_element(By.ID, "log-tail").text)
         keep_screenshot(driver, tmp_path, "status-page.png")
+
+
+def test_status_page_asks_for_the_token_when_auth_is_on(tmp_path: Path) -> None:
+    serve = start_serve(tmp_path, PROXY_AUTH_ENABLED="true", PROXY_AUTH_TOKEN="page-secret")
+    try:
+        with headless_chromium(tmp_path) as driver:
+            driver.get(f"{serve.url}/ui")
+            until(driver, "the token form", lambda d: d.find_element(By.ID, "login").is_displayed())
+            assert phases(driver) == {}
+            driver.find_element(By.ID, "token").send_keys("page-secret")
+            driver.find_element(By.CSS_SELECTOR, "#login button").click()
+            until(driver, "both models after the token",
+                  lambda d: phases(d) == {"default/left": "Idle", "default/right": "Idle"})
+            assert not driver.find_element(By.ID, "login").is_displayed()
+    finally:
+        assert serve.stop() == 0, serve.log
