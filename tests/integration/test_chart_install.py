@@ -22,8 +22,8 @@ from support.helm_chart import (
     MANAGER_FORBIDDEN,
     MANAGER_NAMESPACE_PERMISSIONS,
     NAMESPACE,
-    PROXY_CLUSTER_PERMISSIONS,
     PROXY_FORBIDDEN,
+    PROXY_PERMISSIONS,
     RELEASE,
     Helm,
     Rule,
@@ -111,11 +111,43 @@ def test_manager_cannot_do_more(testbed: KubeTestbed, installed: Helm) -> None:
     assert [rule for rule, ok in elsewhere.items() if ok] == []
 
 
-def test_proxy_can_do_what_it_needs_and_no_more(testbed: KubeTestbed, installed: Helm) -> None:
-    granted = answers(testbed, PROXY_SA, set(PROXY_CLUSTER_PERMISSIONS))
-    assert [rule for rule, ok in granted.items() if not ok] == []
-    refused = answers(testbed, PROXY_SA, set(PROXY_FORBIDDEN))
-    assert [rule for rule, ok in refused.items() if ok] == []
+MODEL_WRITES: frozenset[Rule] = frozenset(
+    ("ai.flexinfer", resource, verb) for resource in ("models", "models/status")
+    for verb in ("create", "update", "patch", "delete"))
+LEASE_ACCESS: frozenset[Rule] = frozenset(
+    ("coordination.k8s.io", "leases", verb) for verb in ("get", "list", "create", "update", "patch", "delete"))
+OTHER_NAMESPACE = "team-b"
+
+
+@pytest.mark.parametrize("all_namespaces", [False, True], ids=["namespaced", "all-namespaces"])
+def test_proxy_rbac_matrix(testbed: KubeTestbed, tmp_path_factory: pytest.TempPathFactory,
+                           all_namespaces: bool) -> None:
+    """The proxy reads Models and writes only its ModelDemand reports, in the release namespace (or every
+    namespace with proxy.allNamespaces=true); it can never write a Model, its status, or a Lease."""
+    assert testbed.kubeconfig is not None
+    release = "flexinfer-wide" if all_namespaces else "flexinfer-scoped"
+    helm = pinned_helm(Path(tmp_path_factory.mktemp(release))).with_kubeconfig(testbed.kubeconfig)
+    helm.run("install", release, str(CHART_DIR), "--namespace", release, "--create-namespace",
+             "--set", f"proxy.allNamespaces={str(all_namespaces).lower()}", timeout=300)
+    testbed.kubectl("create", "namespace", OTHER_NAMESPACE, check=False)
+    proxy = f"system:serviceaccount:{release}:{release}-proxy"
+    try:
+        own = answers(testbed, proxy, set(PROXY_PERMISSIONS), release)
+        assert [rule for rule, ok in own.items() if not ok] == []
+        other = answers(testbed, proxy, set(PROXY_PERMISSIONS), OTHER_NAMESPACE)
+        assert {rule for rule, ok in other.items() if ok} == (set(PROXY_PERMISSIONS) if all_namespaces else set())
+        everywhere = answers(testbed, proxy, set(PROXY_PERMISSIONS))
+        assert all(everywhere.values()) is all_namespaces
+        forbidden = MODEL_WRITES | LEASE_ACCESS | set(PROXY_FORBIDDEN)
+        for namespace in (release, OTHER_NAMESPACE, NAMESPACE, None):
+            refused = answers(testbed, proxy, forbidden, namespace)
+            assert [rule for rule, ok in refused.items() if ok] == [], namespace
+        manager = f"system:serviceaccount:{release}:{release}-manager"
+        cluster = answers(testbed, manager, set(MANAGER_CLUSTER_PERMISSIONS))
+        assert [rule for rule, ok in cluster.items() if not ok] == []
+        assert [r for r, ok in answers(testbed, manager, set(MANAGER_FORBIDDEN)).items() if ok] == []
+    finally:
+        helm.run("uninstall", release, "--namespace", release, timeout=300)
 
 
 LIFECYCLE = "flexinfer-lifecycle"

@@ -9,14 +9,9 @@ patch to the request reaching the upstream is printed (watch-driven readiness; n
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -36,6 +31,7 @@ from support.polling import eventually
 pytestmark = pytest.mark.integration
 
 Model = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
+Demand = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
 OVERRIDE = "flexinfer.ai/endpoint-override"
 
 
@@ -72,12 +68,24 @@ class Manager:
     async def get(self, name: str) -> dict[str, Any]:
         return dict((await self.client.get(Model, name, namespace=self.ns)).to_dict())
 
-    async def demand(self, name: str, timeout: float = 10.0) -> str:
-        """Wait (watch-driven) until the proxy has written ``status.lastActiveTime``; return it."""
+    async def report(self, name: str) -> dict[str, Any]:
+        """The proxy replicas' ModelDemand entries about ``name`` (the proxy never writes the Model)."""
+        entries = {}
+        async for obj in self.client.list(Demand, namespace=self.ns):
+            body = obj.to_dict()
+            entry = ((body.get("spec") or {}).get("models") or {}).get(name)
+            if entry is not None:
+                entries[body["spec"]["proxy"]] = entry
+        return entries
+
+    async def demand(self, name: str, after: str | None = None, timeout: float = 10.0) -> str:
+        """Wait (watch-driven) until a proxy has reported ``lastActiveTime`` for ``name`` (newer than
+        ``after``); return it."""
         async with asyncio.timeout(timeout):
-            async for _, obj in self.client.watch(Model, namespace=self.ns, fields={"metadata.name": name}):
-                stamp = (obj.to_dict().get("status") or {}).get("lastActiveTime")
-                if stamp:
+            async for _, obj in self.client.watch(Demand, namespace=self.ns):
+                entry = ((obj.to_dict().get("spec") or {}).get("models") or {}).get(name) or {}
+                stamp = entry.get("lastActiveTime")
+                if stamp and stamp != after:
                     return str(stamp)
         raise AssertionError("unreachable")
 
@@ -164,8 +172,9 @@ async def test_idle_model_is_activated_through_demand_and_served(
     latency = await activate(manager, upstream, "m")
     assert (await asyncio.wait_for(request, 10)).startswith("tok0 tok1")
     assert upstream.fake.requests[-1].body is not None and upstream.fake.requests[-1].body["model"] == "org/m"
-    stamp = (await manager.get("m"))["status"]["lastActiveTime"]
+    stamp = next(iter((await manager.report("m")).values()))["lastActiveTime"]
     assert stamp.endswith("Z")
+    assert "lastActiveTime" not in ((await manager.get("m")).get("status") or {}), "the proxy never writes Models"
     print(f"\nwatch-driven readiness: Ready patch -> upstream request {latency * 1000:.1f} ms")
 
 
@@ -207,14 +216,15 @@ async def test_unknown_and_parked_models_are_404(cluster: tuple[Manager, Cluster
         with pytest.raises(openai.NotFoundError) as missing:
             await chat(proxy, name)
         assert isinstance(missing.value.body, dict) and missing.value.body["code"] == "model_not_found"
-    assert "lastActiveTime" not in ((await manager.get("hidden")).get("status") or {})
+    assert await manager.report("hidden") == {}
     async with openai_client(proxy) as client:
         listed = [m.id async for m in client.models.list()]
     assert listed == ["shown"]
     async with aiohttp.ClientSession() as session, session.get(f"{proxy.url}/metrics") as page:
         text = await page.text()
-    assert 'flexinfer_proxy_requests_total{model="hidden",status="parked"} 1.0' in text
-    assert 'flexinfer_proxy_requests_total{model="",status="error"} 1.0' in text
+    hidden = f'model="hidden",namespace="{manager.ns}"'
+    assert 'flexinfer_proxy_requests_total{' + hidden + ',status="parked"} 1.0' in text
+    assert 'flexinfer_proxy_requests_total{model="",namespace="",status="error"} 1.0' in text
 
 
 async def test_a_models_series_exist_at_zero_while_the_proxy_knows_it(
@@ -242,8 +252,8 @@ async def test_alias_routes_and_a_model_preempted_later_is_reactivated(
     first = asyncio.create_task(chat(proxy, "friendly"))
     await activate(manager, upstream, "base")
     await asyncio.wait_for(first, 10)
-    stamp = (await manager.get("base"))["status"]["lastActiveTime"]
-    await manager.status("base", {"phase": "Preempted", "lastActiveTime": None})
+    stamp = next(iter((await manager.report("base")).values()))["lastActiveTime"]
+    await manager.status("base", {"phase": "Preempted"})
 
     def cached_phase() -> str | None:
         cached = proxy.side.store.get(f"{manager.ns}/base")
@@ -251,7 +261,7 @@ async def test_alias_routes_and_a_model_preempted_later_is_reactivated(
     # Until its watch delivers Preempted the proxy may still forward (a lagging cache is covered below).
     await eventually(lambda: cached_phase() == "Preempted", timeout=10)
     second = asyncio.create_task(chat(proxy, "friendly"))
-    assert await manager.demand("base") != stamp
+    assert await manager.demand("base", after=stamp) != stamp
     await manager.status("base", {"phase": "Ready"})
     assert (await asyncio.wait_for(second, 10)).startswith("tok0")
 
@@ -277,50 +287,24 @@ async def test_a_model_preempted_before_the_first_report_is_not_forwarded_and_th
     first = asyncio.create_task(chat(proxy, "m"))
     await activate(manager, upstream, "m")
     await asyncio.wait_for(first, 10)
-    annotation = proxy.side.reporter.annotation
-    assert annotation in (await manager.get("m"))["metadata"]["annotations"]
+    identity = proxy.side.settings.identity
+
+    async def in_flight() -> bool:
+        return bool((await manager.report("m")).get(identity, {}).get("inFlightAt"))
+    assert await in_flight()
+    stamp = (await manager.report("m"))[identity]["lastActiveTime"]
     await proxy.side.reporter.refresh(set())  # idle: the heartbeat removes our report
-    assert annotation not in ((await manager.get("m"))["metadata"].get("annotations") or {})
+    assert not await in_flight()
     lag = WatchLag(proxy.side)
-    await manager.status("m", {"phase": "Preempted", "lastActiveTime": None})  # a swap preempts it
+    await manager.status("m", {"phase": "Preempted"})  # a swap preempts it
     served = len(upstream.arrivals)
     second = asyncio.create_task(chat(proxy, "m"))  # the proxy's cache still says Ready
     await eventually(lambda: proxy.side.reporter.refusals == 1, timeout=10)  # the API server said no
     lag.release()
-    await manager.demand("m")  # not forwarded: the request activates the model again
+    await manager.demand("m", after=stamp)  # not forwarded: the request activates the model again
     assert not second.done() and len(upstream.arrivals) == served
-    assert annotation not in ((await manager.get("m"))["metadata"].get("annotations") or {})
+    assert not await in_flight()
     await manager.status("m", {"phase": "Ready"})
     assert (await asyncio.wait_for(second, 10)).startswith("tok0")
     assert len(upstream.arrivals) == served + 1
-    assert annotation in (await manager.get("m"))["metadata"]["annotations"]
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "flexinfer.cli.main", "proxy", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def test_cli_rejects_invalid_settings_with_one_line(testbed: KubeTestbed) -> None:
-    env = {**os.environ, **proxy_env(testbed, "default"), "PROXY_MAX_QUEUE_SIZE": "0"}
-    proc = _cli(env, "--port", "0")
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    assert "PROXY_MAX_QUEUE_SIZE" in err and "Traceback" not in err
-
-
-def test_cli_serves_until_sigterm_and_exits_cleanly(testbed: KubeTestbed, tmp_path: Path) -> None:
-    env = {**os.environ, **proxy_env(testbed, "default")}
-    env.pop("POD_NAMESPACE")
-    proc = _cli(env, "--host", "127.0.0.1", "--port", "0", "--kubeconfig", str(testbed.kubeconfig))
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "listening on http://127.0.0.1:" in line
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert "POD_NAMESPACE is not set" in err and "Traceback" not in err
+    assert await in_flight()

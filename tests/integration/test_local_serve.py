@@ -180,6 +180,7 @@ def test_admin_api_cli_and_no_orphans_after_sigterm(serve_factory, tmp_path: Pat
 
 
 async def test_flash_loader_stages_weights_before_the_server_starts(tmp_path: Path) -> None:
+    from flexinfer.api.key import ModelKey
     from flexinfer.assembly.local import start_local
     from support.local_processes import stub_command
 
@@ -192,7 +193,7 @@ async def test_flash_loader_stages_weights_before_the_server_starts(tmp_path: Pa
     env = serve_env(tmp_path / "state", FLEXINFER_SHM_ROOT=str(tmp_path / "shm"))
     server = await start_local([manifests], host="127.0.0.1", port=0, env=env)
     try:
-        assert await server.dispatcher.preload("staged", wait=True, timeout=60) == "Ready"
+        assert await server.dispatcher.preload(ModelKey("default", "staged"), wait=True, timeout=60) == "Ready"
         staged = tmp_path / "shm" / "default" / "staged" / "model.gguf"
         assert staged.read_bytes() == weights.read_bytes()
         lines = server.engine.logs.tail("default/staged") or []

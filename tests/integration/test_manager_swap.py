@@ -77,8 +77,11 @@ async def test_demand_for_a_higher_priority_member_swaps_the_gpu(kube_testbed: A
             assert await running.close() == 0
 
 
-async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_leader(kube_testbed: Any) -> None:
-    """The proxy's wait marker (``flexinfer.ai/waiting-since``) feeds the starvation bound: ``high`` is Ready
+@pytest.mark.parametrize("legacy", [False, True], ids=["modeldemand", "legacy-annotation"])
+async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_leader(kube_testbed: Any,
+                                                                                    legacy: bool) -> None:
+    """The proxy's wait marker (``waitingSince`` in its ModelDemand; the ``flexinfer.ai/waiting-since``
+    annotation of a pre-ModelDemand proxy still counts) feeds the starvation bound: ``high`` is Ready
     with fresh demand, ``low`` waits; once the wait exceeds ``max_wait`` (2 s here) the manager's timer
     fires and ``low`` takes the GPU."""
     policy = ManagerPolicy(election=ElectionPolicy(max_wait=2.0))
@@ -94,9 +97,12 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
             await c.phase_is("high", "Ready")
             await c.demand("high")  # busy: well inside the 2 m demand window for the rest of the test
             since = datetime.now(UTC) - timedelta(seconds=0.5)
-            await c.demand("low", since)  # the proxy signals demand when the first request starts waiting
-            await c.client.patch(ModelResource, "low", {"metadata": {"annotations": {
-                WAITING_SINCE_ANNOTATION: rfc3339(since)}}}, namespace=c.namespace, patch_type=PatchType.MERGE)
+            await c.demand("low", since, legacy=legacy)  # the proxy signals demand when the first request waits
+            if legacy:
+                await c.client.patch(ModelResource, "low", {"metadata": {"annotations": {
+                    WAITING_SINCE_ANNOTATION: rfc3339(since)}}}, namespace=c.namespace, patch_type=PatchType.MERGE)
+            else:
+                await c.report("low", waitingSince=rfc3339(since))
             high = await c.phase_is("high", "Preempted")
             assert high["sharedGroup"]["preemptedBy"] == "low"
             preempted_at = datetime.fromisoformat(high["sharedGroup"]["preemptedAt"])
@@ -113,7 +119,7 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
 
 
 async def busy_patch(c: Cluster, model: str, proxy: str) -> None:
-    """The proxy's in-flight report: add the annotation only while the model is still Ready (atomic test)."""
+    """A pre-ModelDemand proxy's in-flight report: add the annotation only while the model is still Ready."""
     key = f"inflight.flexinfer.ai~1{proxy}"
     ops = [{"op": "test", "path": "/status/phase", "value": "Ready"},
            {"op": "add", "path": f"/metadata/annotations/{key}", "value": rfc3339()}]
@@ -123,7 +129,29 @@ async def busy_patch(c: Cluster, model: str, proxy: str) -> None:
     await c.client.patch(ModelResource, model, ops, namespace=c.namespace, patch_type=PatchType.JSON)
 
 
-async def test_a_preempted_member_drains_reported_in_flight_requests(kube_testbed: Any) -> None:
+async def test_a_preempted_member_drains_in_flight_requests_reported_in_a_modeldemand(kube_testbed: Any) -> None:
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await make_low_ready(c)
+            await c.report("low", "proxy-a", inFlightAt=rfc3339())
+            await c.demand("high")
+            await c.phase_is("low", "Preempted")
+            await c.replicas_are("high", 1)
+            await running.manager.queue.idle()
+            assert await c.replicas("low") == 1, "kept serving while proxy-a reports in-flight requests"
+            # A proxy reporting only now reads the Model afterwards and finds it no longer Ready: it does
+            # not forward (kube.inflight_report), so the manager need not wait for it.
+            await c.report("low", "proxy-b", inFlightAt=rfc3339())
+            assert (await c.status("low"))["phase"] == "Preempted"
+            await c.report("low", "proxy-b", inFlightAt=None)
+            await c.report("low", "proxy-a", inFlightAt=None)
+            await c.replicas_are("low", 0)
+        finally:
+            await running.close()
+
+
+async def test_a_preempted_member_drains_in_flight_requests_of_a_pre_modeldemand_proxy(kube_testbed: Any) -> None:
     async with cluster(kube_testbed) as c:
         running = await start_manager(manager_config(c))
         try:
@@ -186,7 +214,7 @@ async def test_an_active_gpu_lease_parks_the_whole_group(kube_testbed: Any) -> N
             assert low["sharedGroup"]["preemptedBy"] == "gpu-lease/trainer"
             await c.replicas_are("low", 0)
             await c.client.delete(GPULeaseResource, "finetune", namespace=c.namespace)
-            await c.demand("low")
+            await c.demand("low", legacy=True)  # a Go proxy's demand (status.lastActiveTime) still counts
             await c.replicas_are("low", 1)
         finally:
             await running.close()

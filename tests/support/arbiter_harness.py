@@ -15,6 +15,7 @@ from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter import Arbiter
 from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
+from support.recording_engine import key
 
 
 @dataclass
@@ -71,9 +72,10 @@ class Harness:
         heapq.heappush(self._queue, (self.now + delay, next(self._ids), event))
 
     def request(self, model: str, deadline: float | None = None) -> int:
+        """A request for ``model`` (a key, or shorthand for ``default/<model>``: the arbiter only takes keys)."""
         ticket = next(self._ids)
         self.arrived[ticket] = self.now
-        self.send(ev.RequestArrived(ticket, model, deadline))
+        self.send(ev.RequestArrived(ticket, key(model), deadline))
         return ticket
 
     def finish(self, ticket: int) -> None:

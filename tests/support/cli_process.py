@@ -3,7 +3,8 @@
 ``CliProcess(args, env)`` runs ``python -m flexinfer.cli.main <args>`` with stdout+stderr collected in
 ``output`` by a reader thread, which also catches the first ``listening on URL`` line. ``listening()`` and
 ``healthy(url)`` wait with a deadline and fail at once (with the output) if the process exits; ``stop()``
-sends SIGTERM, waits, kills on timeout and returns the exit status.
+sends SIGTERM, waits, kills on timeout and returns the exit status; ``finish()`` waits for a command that
+ends by itself.
 """
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ class CliProcess:
                 pass
             assert time.monotonic() < deadline, f"{url} never answered 200:\n{self.log}"
             time.sleep(0.05)
+
+    def finish(self, timeout: float = TIMEOUT) -> int:
+        """Wait for a command that ends by itself (killed after ``timeout``); returns the exit status."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"still running after {timeout}s:\n{self.log}") from None
+        self._reader.join(5)
+        return code
 
     def stop(self, timeout: float = TIMEOUT) -> int:
         """SIGTERM and wait; kill after ``timeout``; returns the exit status."""

@@ -3,17 +3,17 @@
 Objects get increasing resourceVersions; ``list_models`` returns a snapshot, ``watch_models`` streams every
 change after the given resourceVersion, and tests inject faults: ``expire()`` ends open watches with
 410 Gone (and forgets history, so re-watching from an old version also gets 410), ``break_watches(error)``
-ends them with another error, ``patch_failures`` makes the next status patches fail. Status and metadata
-patches are merged into the stored object and broadcast as MODIFIED events, like the real API server;
-JSON patches (``test``/``add``/``remove``/``replace``) are all-or-nothing and answer 422 when a ``test`` fails
-or a path is missing, as the real API server does.
+ends them with another error, ``patch_failures`` makes the next report writes fail. The proxy's
+``ModelDemand`` reports live in ``demands`` (merge patches merged as the API server does; 404 for an absent
+object, 409 for a second create); ``writes`` records every report write per Model as
+(namespace, model, fields), and ``report(model)`` reads one Model's entry of every replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from flexinfer.kube.model_api import KubeApiError, ModelList, WatchEvent, WatchExpiredError
@@ -45,31 +45,6 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
-def json_patch_op(doc: dict[str, Any], op: Mapping[str, Any]) -> None:
-    """Apply one RFC 6902 operation (object paths only) in place; 422 ``KubeApiError`` when it fails."""
-    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-    target: Any = doc
-    for part in parents:
-        target = target.get(part) if isinstance(target, dict) else None
-    if not isinstance(target, dict):
-        if op["op"] == "test" and op.get("value") is None:
-            return
-        raise KubeApiError(f"{op['op']} {op['path']}: missing path", 422)
-    if op["op"] == "test":
-        if target.get(last) != op.get("value"):
-            raise KubeApiError(f"test {op['path']}: testing value failed", 422)
-    elif op["op"] in ("add", "replace"):
-        if op["op"] == "replace" and last not in target:
-            raise KubeApiError(f"replace {op['path']}: missing path", 422)
-        target[last] = copy.deepcopy(op["value"])
-    elif op["op"] == "remove":
-        if last not in target:
-            raise KubeApiError(f"remove {op['path']}: missing path", 422)
-        del target[last]
-    else:
-        raise KubeApiError(f"unsupported op {op['op']}", 422)
-
-
 class FakeModelApi:
     """See the module docstring."""
 
@@ -79,13 +54,16 @@ class FakeModelApi:
         self.version = 0
         self.oldest = 0
         """Watching from a version below this answers 410 Gone."""
-        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.demands: dict[str, dict[str, Any]] = {}
+        """``namespace/name`` → ModelDemand document."""
+        self.writes: list[tuple[str, str, dict[str, Any]]] = []
+        """(namespace, model, fields) for every successful report write about a Model."""
         self.patch_failures: list[KubeApiError] = []
-        self.metadata_patches: list[tuple[str, str, dict[str, Any]]] = []
-        self.json_patches: list[tuple[str, str, list[dict[str, Any]], bool]] = []
-        """(namespace, name, operations, applied) for every JSON patch, refused ones included."""
         self.patch_gate: asyncio.Event | None = None
-        """When set, patches wait for this event (to observe concurrent callers)."""
+        """When set, report writes wait for this event (to observe concurrent callers)."""
+        self.get_calls = 0
+        self.after_write: list[Any] = []
+        """Coroutine functions awaited after each report write (to change the Model in between)."""
         self.list_calls = 0
         self.watch_calls: list[str] = []
         self._changed = asyncio.Condition()
@@ -144,41 +122,60 @@ class FakeModelApi:
                 if namespace is None or event.object["metadata"]["namespace"] == namespace:
                     yield copy.deepcopy(event)
 
-    async def patch_model_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    async def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.get_calls += 1
+        doc = self.objects.get(f"{namespace}/{name}")
+        return copy.deepcopy(doc) if doc is not None else None
+
+    async def create_demand(self, namespace: str, body: Mapping[str, Any]) -> None:
+        key = f"{namespace}/{body['metadata']['name']}"
+        if key in self.demands:
+            raise KubeApiError(f"modeldemands {key} already exists", 409)
+        self.demands[key] = copy.deepcopy(dict(body))
+
+    async def patch_demand(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if self.patch_gate is not None:
             await self.patch_gate.wait()
         if self.patch_failures:
             raise self.patch_failures.pop(0)
-        await self._merge_patch(namespace, name, patch, self.patches)
-
-    async def patch_model(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        await self._merge_patch(namespace, name, patch, self.metadata_patches)
-
-    async def _merge_patch(self, namespace: str, name: str, patch: Mapping[str, Any],
-                           record: list[tuple[str, str, dict[str, Any]]]) -> None:
-        """Record ``patch`` in ``record``, merge it into the stored Model and emit MODIFIED (404 if absent)."""
         key = f"{namespace}/{name}"
-        if key not in self.objects:
-            raise KubeApiError(f"models {name} not found", 404)
-        record.append((namespace, name, copy.deepcopy(dict(patch))))
-        doc = copy.deepcopy(self.objects[key])
-        merge(doc, patch)
-        await self._store(key, doc, "MODIFIED")
+        if key not in self.demands:
+            raise KubeApiError(f"modeldemands {name} not found", 404)
+        merge(self.demands[key], patch)
+        for model, fields in ((patch.get("spec") or {}).get("models") or {}).items():
+            self.writes.append((namespace, model, copy.deepcopy(fields)))
+        for hook in list(self.after_write):
+            await hook()
 
-    async def json_patch_model(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+    async def replace_demand_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
         key = f"{namespace}/{name}"
-        if key not in self.objects:
-            raise KubeApiError(f"models {name} not found", 404)
-        ops = [copy.deepcopy(dict(op)) for op in operations]
-        doc = copy.deepcopy(self.objects[key])
-        try:
-            for op in ops:
-                json_patch_op(doc, op)
-        except KubeApiError:
-            self.json_patches.append((namespace, name, ops, False))
-            raise
-        self.json_patches.append((namespace, name, ops, True))
-        await self._store(key, doc, "MODIFIED")
+        if key not in self.demands:
+            raise KubeApiError(f"modeldemands {name} not found", 404)
+        self.demands[key]["spec"] = copy.deepcopy(dict(spec))
+
+    async def delete_demand(self, namespace: str, name: str) -> None:
+        if self.demands.pop(f"{namespace}/{name}", None) is None:
+            raise KubeApiError(f"modeldemands {name} not found", 404)
+
+    # ------------------------------------------------------------ test reads
+
+    def report(self, model: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
+        """Every replica's entry about ``model``: {replica: fields}."""
+        out = {}
+        for key, doc in self.demands.items():
+            entry = ((doc.get("spec") or {}).get("models") or {}).get(model)
+            if key.startswith(f"{namespace}/") and entry is not None:
+                out[doc["spec"]["proxy"]] = entry
+        return out
+
+    @property
+    def demand_writes(self) -> list[tuple[str, str, Any]]:
+        """(namespace, model, lastActiveTime) of every demand write."""
+        return self.field_writes("lastActiveTime")
+
+    def field_writes(self, field: str) -> list[tuple[str, str, Any]]:
+        """(namespace, model, value) of every write of ``field``."""
+        return [(ns, m, f[field]) for ns, m, f in self.writes if field in f]
 
     # ------------------------------------------------------------ internals
 

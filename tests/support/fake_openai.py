@@ -6,6 +6,7 @@ request (path, headers, JSON body) and ``cancelled`` is set when a client abando
 
     python -m support.fake_openai --port N [--startup-delay S] [--crash-at-start] [--crash-mid-stream]
         [--chunks K] [--chunk-interval T] [--health-path /health] [--model-name NAME] [--record FILE]
+        [--status N [--error-body-file FILE] [--error-content-type TYPE]]
 
 prints ``FAKE_OPENAI_PORT=<port>`` once listening (``--port 0`` picks a free port); with ``--record`` it appends
 one JSON line per API request (``method``, ``path``, lower-cased ``headers``, ``body``) to FILE. Used by the proxy
@@ -22,6 +23,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +41,10 @@ class Script:
     health_path: str = "/health"
     model_name: str = "fake-model"
     status: int = 200
-    """Non-200 → every API call answers this status with an OpenAI error body."""
+    """Non-200 → every API call answers this status with an OpenAI error body (or ``error_body``)."""
+    error_body: bytes | None = None
+    """With ``status``: the raw error body to answer instead (hostile shapes: plain text, tracebacks…)."""
+    error_content_type: str = "application/json"
 
 
 @dataclass
@@ -106,12 +111,14 @@ class FakeOpenAI:
 
     async def _echo(self, request: web.Request) -> web.Response:
         body = await self._record(request)
+        if self.script.status != 200:
+            return self._error()
         return web.json_response({"path": request.path_qs, "method": request.method, "model": body.get("model")})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         if self.script.status != 200:
-            return _error(self.script.status)
+            return self._error()
         if body.get("stream"):
             return await self._stream(request, body, chat=True)
         text = "".join(tokens(self.script.chunks))
@@ -132,7 +139,7 @@ class FakeOpenAI:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         if self.script.status != 200:
-            return _error(self.script.status)
+            return self._error()
         if body.get("stream"):
             return await self._stream(request, body, chat=False)
         choice = {"index": 0, "text": "".join(tokens(self.script.chunks)), "finish_reason": "stop"}
@@ -141,7 +148,7 @@ class FakeOpenAI:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await self._record(request)
         if self.script.status != 200:
-            return _error(self.script.status)
+            return self._error()
         item = {"object": "embedding", "index": 0, "embedding": [0.25, 0.5, 0.75]}
         return web.json_response({"object": "list", "data": [item], "model": body.get("model"),
                                   "usage": {"prompt_tokens": 1, "total_tokens": 1}})
@@ -172,6 +179,12 @@ class FakeOpenAI:
                 await asyncio.sleep(self.script.chunk_interval)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+
+    def _error(self) -> web.Response:
+        if self.script.error_body is None:
+            return _error(self.script.status)
+        return web.Response(status=self.script.status, body=self.script.error_body,
+                            headers={"Content-Type": self.script.error_content_type})
 
     def _crash(self, request: web.Request) -> None:
         if self.script.exit_on_crash:
@@ -222,12 +235,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--health-path", default="/health")
     parser.add_argument("--model-name", default="fake-model")
     parser.add_argument("--record", default=None, help="append each API request as a JSON line to this file")
+    parser.add_argument("--status", type=int, default=200, help="answer every API call with this status")
+    parser.add_argument("--error-body-file", default=None, help="with --status: the raw error body to send")
+    parser.add_argument("--error-content-type", default="text/plain")
     return parser.parse_args(argv)
 
 
 async def _serve(args: argparse.Namespace) -> None:
     script = Script(chunks=args.chunks, chunk_interval=args.chunk_interval, crash_mid_stream=args.crash_mid_stream,
-                    exit_on_crash=True, health_path=args.health_path, model_name=args.model_name)
+                    exit_on_crash=True, health_path=args.health_path, model_name=args.model_name, status=args.status,
+                    error_content_type=args.error_content_type, error_body=args.error_body)
     fake = FakeOpenAI(script, record_file=args.record)
     runner = web.AppRunner(fake.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
@@ -243,6 +260,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    args.error_body = Path(args.error_body_file).read_bytes() if args.error_body_file else None
     if args.startup_delay > 0:
         time.sleep(args.startup_delay)
     if args.crash_at_start:

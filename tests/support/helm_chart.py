@@ -43,7 +43,7 @@ MANAGER_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
     _expand("ai.flexinfer", ("models",), (*READ, "patch"))
     | _expand("ai.flexinfer", ("models/status",), ("patch",))
     | _expand("ai.flexinfer", ("models/finalizers",), ("update",))
-    | _expand("ai.flexinfer", ("modelcaches", "gpuleases"), READ)
+    | _expand("ai.flexinfer", ("modelcaches", "gpuleases", "modeldemands"), READ)
     | _expand("apps", ("deployments",), OWNED)
     | _expand("", ("services",), OWNED)
     | _expand("", ("pods",), READ)
@@ -55,10 +55,11 @@ MANAGER_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
 MANAGER_NAMESPACE_PERMISSIONS: frozenset[Rule] = frozenset(
     _expand("coordination.k8s.io", ("leases",), ("get", "create", "update"))
 )
-PROXY_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
-    _expand("ai.flexinfer", ("models",), (*READ, "patch"))
-    | _expand("ai.flexinfer", ("models/status",), ("patch",))
+PROXY_PERMISSIONS: frozenset[Rule] = frozenset(
+    _expand("ai.flexinfer", ("models",), READ)
+    | _expand("ai.flexinfer", ("modeldemands",), ("create", "patch", "delete"))
 )
+"""The proxy's rules: a Role in the release namespace, or a ClusterRole with proxy.allNamespaces=true."""
 # Things each ServiceAccount must NOT be able to do (checked cluster-wide): everything the code does not
 # call, next to what it does (a rule widened by a wildcard or a stray verb shows up here).
 MANAGER_FORBIDDEN: tuple[Rule, ...] = (
@@ -92,6 +93,16 @@ MANAGER_FORBIDDEN: tuple[Rule, ...] = (
     ("coordination.k8s.io", "leases", "patch"),
 )
 PROXY_FORBIDDEN: tuple[Rule, ...] = (
+    ("ai.flexinfer", "models", "patch"),
+    ("ai.flexinfer", "models/status", "patch"),
+    ("ai.flexinfer", "models/finalizers", "update"),
+    ("ai.flexinfer", "modeldemands", "update"),
+    ("ai.flexinfer", "modelcaches", "patch"),
+    ("ai.flexinfer", "gpuleases", "create"),
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "update"),
+    ("coordination.k8s.io", "leases", "patch"),
+    ("coordination.k8s.io", "leases", "delete"),
     ("apps", "deployments", "patch"),
     ("apps", "deployments", "get"),
     ("ai.flexinfer", "models", "create"),

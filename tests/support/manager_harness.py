@@ -28,7 +28,7 @@ from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
 from flexinfer.assembly.manager import run_manager
-from flexinfer.kube.client import ModelResource
+from flexinfer.kube.client import ModelDemandResource, ModelResource
 from flexinfer.kube.config import ManagerConfig
 from flexinfer.kube.manager import Manager
 from support.kube_testbed import REPO_ROOT, KubeTestbed
@@ -105,10 +105,28 @@ class Cluster:
         await self.client.patch(Deployment.Status, name, {"status": status}, namespace=self.namespace,
                                 patch_type=PatchType.MERGE)
 
-    async def demand(self, name: str, when: datetime | None = None) -> None:
-        """The proxy's demand signal: merge-patch ``status.lastActiveTime``."""
-        await self.client.patch(ModelResource.Status, name, {"status": {"lastActiveTime": rfc3339(when)}},
-                                namespace=self.namespace, patch_type=PatchType.MERGE)
+    async def demand(self, name: str, when: datetime | None = None, *, legacy: bool = False) -> None:
+        """The proxy's demand signal: ``lastActiveTime`` in the proxy's ModelDemand report, or (``legacy``)
+        the merge patch of the Model's ``status.lastActiveTime`` a Go or pre-ModelDemand proxy writes."""
+        if legacy:
+            await self.client.patch(ModelResource.Status, name, {"status": {"lastActiveTime": rfc3339(when)}},
+                                    namespace=self.namespace, patch_type=PatchType.MERGE)
+        else:
+            await self.report(name, lastActiveTime=rfc3339(when))
+
+    async def report(self, name: str, proxy: str = "proxy-test", **fields: str | None) -> None:
+        """Write ``fields`` about Model ``name`` into ``proxy``'s ModelDemand (created when absent), with a
+        fresh ``renewTime``, as the proxy does."""
+        patch = {"spec": {"proxy": proxy, "renewTime": rfc3339(), "models": {name: fields}}}
+        try:
+            await self.client.patch(ModelDemandResource, proxy, patch, namespace=self.namespace,
+                                    patch_type=PatchType.MERGE)
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            body = {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelDemand",
+                    "metadata": {"name": proxy, "namespace": self.namespace}, "spec": patch["spec"]}
+            await self.client.create(ModelDemandResource.from_dict(body))
 
     async def events(self, name: str) -> list[Body]:
         return [e.to_dict() async for e in self.client.list(Event, namespace=self.namespace)

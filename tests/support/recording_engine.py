@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.runtime.ports import Endpoint, StageReporter
@@ -78,6 +79,11 @@ class RecordingEngine:
         self.calls.append((action, key))
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+def key(model: str) -> ModelKey:
+    """``namespace/name`` as a model key; a bare test name means namespace ``default``."""
+    return ModelKey.parse(model) or ModelKey("default", model)
 
 
 def make_model(name: str, group: str | None = None, priority: int = 100, **serverless: Any) -> Model:

@@ -19,6 +19,14 @@ Container environment for the manager and the proxy. The env names are the contr
       fieldPath: metadata.name
 {{- end }}
 
+{{/* POD_UID from the downward API: the proxy's ModelDemand report in its namespace is owned by its pod. */}}
+{{- define "flexinfer.env.podUid" -}}
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
+{{- end }}
+
 {{/* OpenTelemetry env: nothing unless observability.tracing.enabled. Used by BOTH components. */}}
 {{- define "flexinfer.env.tracing" -}}
 {{- with .Values.observability.tracing }}
@@ -106,5 +114,31 @@ before forwarding (docs/tracing.md). Nothing for the default (true, the program'
       name: {{ required "proxy.auth.tokenSecretName must name an existing Secret when proxy.auth.enabled=true" .auth.tokenSecretName }}
       key: {{ .auth.tokenSecretKey }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A container's env: the chart-set entries (`base`, rendered YAML), then the user's `extra` list. An `extra`
+entry naming a chart-set variable replaces it (the user's value wins; no duplicate names, which
+server-side apply refuses); `extra` naming one variable twice fails the render.
+Called as (dict "base" <yaml> "extra" <list> "key" "controller.extraEnv").
+*/}}
+{{- define "flexinfer.env.merged" -}}
+{{- $extra := .extra | default list }}
+{{- $names := dict }}
+{{- range $extra }}
+{{- if hasKey $names .name }}
+{{- fail (printf "%s names %s twice; give each variable once" $.key .name) }}
+{{- end }}
+{{- $_ := set $names .name true }}
+{{- end }}
+{{- $env := list }}
+{{- range (.base | fromYamlArray) }}
+{{- if not (hasKey $names .name) }}
+{{- $env = append $env . }}
+{{- end }}
+{{- end }}
+{{- with concat $env $extra }}
+{{- toYaml . }}
 {{- end }}
 {{- end }}

@@ -20,7 +20,7 @@ get/list/delete on Jobs (the cleanup Job is created, AlreadyExists is success), 
   resources: ["models/finalizers"]
   verbs: ["update"]
 - apiGroups: ["ai.flexinfer"]
-  resources: ["modelcaches", "gpuleases"]
+  resources: ["modelcaches", "gpuleases", "modeldemands"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
@@ -53,15 +53,16 @@ get/list/delete on Jobs (the cleanup Job is created, AlreadyExists is success), 
 {{- end }}
 
 {{/*
-Proxy, cluster-wide: the Model watch cache, demand (merge patch of models/status) and in-flight reports
-(JSON patch guarded by a test on /status/phase, merge patch for re-stamps and removal, both on models).
-The proxy never reads Services: status.endpoint carries the URL.
+Proxy: read Models (the watch cache) and write only its own ModelDemand reports (create; merge/JSON patch;
+delete at shutdown). No write on models or models/status: the proxy cannot change any Model. Bound by a
+Role in the release namespace, or cluster-wide with proxy.allNamespaces=true. The proxy never reads
+Services: status.endpoint carries the URL.
 */}}
-{{- define "flexinfer.proxy.clusterRules" -}}
+{{- define "flexinfer.proxy.rules" -}}
 - apiGroups: ["ai.flexinfer"]
   resources: ["models"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["ai.flexinfer"]
-  resources: ["models/status"]
-  verbs: ["patch"]
+  resources: ["modeldemands"]
+  verbs: ["create", "patch", "delete"]
 {{- end }}

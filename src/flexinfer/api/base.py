@@ -10,19 +10,33 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.units import parse_duration, parse_quantity
 
 GROUP = "ai.flexinfer"
 
 
+FORMAT_ERRORS = frozenset({"invalid_duration", "invalid_quantity"})
+"""Error types of a value that has the right JSON type but a text FlexInfer cannot parse. The CRDs reject
+these by ``pattern``; an object stored before that pattern existed has only that field ignored
+(``flexinfer.api.loading.parse_stored``)."""
+
+
 def _check_duration(value: str) -> str:
-    parse_duration(value)
+    try:
+        parse_duration(value)
+    except ValueError as error:
+        raise PydanticCustomError("invalid_duration", str(error)) from None
     return value
 
 
 def _check_quantity(value: str) -> str:
-    parse_quantity(value)
+    try:
+        parse_quantity(value)
+    except ValueError as error:
+        raise PydanticCustomError("invalid_quantity", str(error)) from None
     return value
 
 
@@ -135,6 +149,6 @@ class NamedResource:
         return self.metadata.namespace
 
     @property
-    def key(self) -> str:
+    def key(self) -> ModelKey:
         """``namespace/name``: the resource's identity across engines."""
-        return f"{self.metadata.namespace}/{self.metadata.name}"
+        return ModelKey(self.metadata.namespace, self.metadata.name)

@@ -15,16 +15,21 @@ class FlexInferError(Exception):
 
 @dataclass(frozen=True)
 class FieldProblem:
-    """One validation problem: where (file, document index, field path) and what."""
+    """One validation problem: where (file, document index or 1-based line, field path) and what.
+
+    Printed ``file:line: path: message`` when the line is known, else ``file[doc i]: path: message``."""
 
     path: str
     message: str
     source: str = ""
     document: int | None = None
+    line: int | None = None
 
     def __str__(self) -> str:
         where = self.source
-        if self.document is not None:
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        elif self.document is not None:
             where = f"{where}[doc {self.document}]" if where else f"doc {self.document}"
         prefix = f"{where}: " if where else ""
         return f"{prefix}{self.path}: {self.message}" if self.path else f"{prefix}{self.message}"

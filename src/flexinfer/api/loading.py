@@ -1,79 +1,222 @@
-"""Turning YAML/JSON documents into typed resources, with every problem named by file, document and field.
+"""Turning YAML/JSON documents into typed resources, with every problem named by file, line and field.
 
 ``parse_resource`` is the single entry point for a dict (the operator uses it for watched objects);
-``load_paths`` reads files and directories of multi-document YAML (the CLI and the local engine use it).
+``load_manifests`` reads files and directories of multi-document YAML into ``Manifest`` records that remember
+where each field was written (the YAML composer's node marks), so later checks (``flexinfer.local.validation``)
+name the file and line too; ``load_paths`` is the same without the records (the CLI, the local engine).
+``parse_stored`` is for objects the API server
+already holds (the manager's and the proxy's watches): a quantity or duration FlexInfer cannot parse —
+written before the CRD carried its ``pattern`` — is dropped, so the next layer or the default applies, and
+returned as a problem to report; every other problem still raises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import copy
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from flexinfer.api.base import FORMAT_ERRORS
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.api.rules import model_problems
 
-Resource = Model | ModelCache | GPULease
+Resource = Model | ModelCache | GPULease | ModelDemand
+T = TypeVar("T", bound=BaseModel)
 KINDS: dict[tuple[str, str], type[Resource]] = {
     ("ai.flexinfer/v1alpha2", "Model"): Model,
     ("ai.flexinfer/v1alpha1", "ModelCache"): ModelCache,
     ("ai.flexinfer/v1alpha2", "GPULease"): GPULease,
+    ("ai.flexinfer/v1alpha1", "ModelDemand"): ModelDemand,
 }
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def parse_resource(doc: Any, source: str = "", index: int | None = None) -> Resource:
-    """Validate one document into its resource type; raise ``InvalidResourceError`` naming each field."""
+Lines = Mapping[tuple[str, ...], int]
+"""1-based line of each field, by path parts (``("spec", "gpu", "priority")``; list items by index)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A loaded resource and where it was written."""
+
+    resource: Resource
+    source: str = ""
+    document: int | None = None
+    lines: Lines = field(default_factory=dict)
+
+    def line(self, path: str) -> int | None:
+        """The line of the field at ``path`` (or of its nearest written parent)."""
+        return line_of(self.lines, path)
+
+    def where(self, path: str = "") -> str:
+        """``file:line`` (or ``file[doc i]``) of the field at ``path``, for messages naming another manifest."""
+        return str(FieldProblem("", "", self.source, self.document, self.line(path))).rstrip(": ")
+
+    def problem(self, path: str, message: str, *, shown_path: str | None = None) -> FieldProblem:
+        """A problem located at ``path`` (printed with ``shown_path`` instead when given, e.g. ``""``)."""
+        return FieldProblem(path if shown_path is None else shown_path, message, self.source, self.document,
+                            self.line(path))
+
+
+def path_parts(path: str) -> tuple[str, ...]:
+    """``spec.resources.limits[example.com/x]`` → ``("spec", "resources", "limits", "example.com/x")``."""
+    return tuple(bracketed or plain for bracketed, plain in re.findall(r"\[([^\]]*)\]|([^.\[\]]+)", path))
+
+
+def line_of(lines: Lines, path: str) -> int | None:
+    """The line of ``path`` or, for a missing field, of the nearest parent that is written."""
+    parts = path_parts(path)
+    while parts not in lines:
+        if not parts:
+            return None
+        parts = parts[:-1]
+    return lines[parts]
+
+
+def node_lines(node: yaml.Node) -> dict[tuple[str, ...], int]:
+    """The 1-based line of every mapping key and sequence item under ``node``."""
+    lines: dict[tuple[str, ...], int] = {(): node.start_mark.line + 1}
+    stack: list[tuple[tuple[str, ...], yaml.Node]] = [((), node)]
+    while stack:
+        prefix, current = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            children = [((*prefix, str(k.value)), k, v) for k, v in current.value if isinstance(k, yaml.ScalarNode)]
+        elif isinstance(current, yaml.SequenceNode):
+            children = [((*prefix, str(i)), item, item) for i, item in enumerate(current.value)]
+        else:
+            continue
+        for path, marked, child in children:
+            lines.setdefault(path, marked.start_mark.line + 1)
+            stack.append((path, child))
+    return lines
+
+
+def _located(problems: list[FieldProblem], lines: Lines | None) -> InvalidResourceError:
+    if lines:
+        problems = [dataclasses.replace(p, line=line_of(lines, p.path)) for p in problems]
+    return InvalidResourceError(problems)
+
+
+def parse_resource(doc: Any, source: str = "", index: int | None = None, lines: Lines | None = None) -> Resource:
+    """Validate one document into its resource type; raise ``InvalidResourceError`` naming each field (and its
+    line, given ``lines``)."""
     if not isinstance(doc, dict):
-        raise InvalidResourceError([FieldProblem("", "document is not a mapping", source=source, document=index)])
+        raise _located([FieldProblem("", "document is not a mapping", source=source, document=index)], lines)
     key = (str(doc.get("apiVersion", "")), str(doc.get("kind", "")))
     cls = KINDS.get(key)
     if cls is None:
         known = ", ".join(f"{k} {v}" for v, k in KINDS)
-        raise InvalidResourceError([FieldProblem(
+        raise _located([FieldProblem(
             "kind", f"unknown kind {key[1]!r} in apiVersion {key[0]!r} (known: {known})", source=source, document=index,
-        )])
+        )], lines)
     try:
         resource = cls.model_validate(doc)
     except ValidationError as exc:
-        raise InvalidResourceError([
+        raise _located([
             FieldProblem(_path(err["loc"]), _message(err), source=source, document=index) for err in exc.errors()
-        ]) from None
+        ], lines) from None
     if isinstance(resource, Model):
         problems = model_problems(resource)
         if problems:
-            raise InvalidResourceError([FieldProblem(p.path, p.message, source, index) for p in problems])
+            raise _located([FieldProblem(p.path, p.message, source, index) for p in problems], lines)
     return resource
 
 
-def parse_documents(text: str, source: str = "") -> list[Resource]:
-    """Parse a multi-document YAML text; collect the problems of every document before raising."""
-    docs: list[Any] = []
+@dataclass(frozen=True)
+class Stored:
+    """A stored object as FlexInfer uses it, and the fields it had to ignore (``parse_stored``)."""
+
+    resource: Resource
+    ignored: tuple[FieldProblem, ...] = ()
+
+
+def parse_stored(doc: Any) -> Stored:
+    """Like ``parse_resource``, but unparsable quantities and durations are dropped and listed in ``ignored``."""
     try:
-        for doc in yaml.safe_load_all(text):
-            docs.append(doc)
+        return Stored(parse_resource(doc))
+    except InvalidResourceError as error:
+        original = error
+    cls = KINDS.get((str(doc.get("apiVersion", "")), str(doc.get("kind", "")))) if isinstance(doc, dict) else None
+    if cls is None:
+        raise original
+    try:
+        _, pruned, ignored = validate_stored(cls, doc)
+    except ValidationError:
+        raise original from None
+    if not ignored:  # the schema holds; a cross-field rule failed
+        raise original
+    return Stored(parse_resource(pruned), ignored)
+
+
+def validate_stored(cls: type[T], doc: dict[str, Any]) -> tuple[T, dict[str, Any], tuple[FieldProblem, ...]]:
+    """``cls.model_validate(doc)`` after dropping the quantities and durations that do not parse: (object, the
+    pruned document, the ignored fields). Any other problem raises the ``ValidationError``."""
+    try:
+        return cls.model_validate(doc), doc, ()
+    except ValidationError as exc:
+        if any(err["type"] not in FORMAT_ERRORS for err in exc.errors()):
+            raise
+        errors = exc.errors()
+    pruned = copy.deepcopy(doc)
+    for err in errors:
+        _drop(pruned, err["loc"])
+    ignored = tuple(FieldProblem(_path(err["loc"]), _message(err)) for err in errors)
+    return cls.model_validate(pruned), pruned, ignored
+
+
+def _drop(doc: dict[str, Any], loc: tuple[int | str, ...]) -> None:
+    """Remove the value at ``loc`` (a pydantic error location) from ``doc``."""
+    node: Any = doc
+    for part in loc[:-1]:
+        node = node[part]
+    del node[loc[-1]]
+
+
+def parse_manifests(text: str, source: str = "") -> list[Manifest]:
+    """Parse a multi-document YAML text; collect the problems of every document before raising."""
+    docs: list[tuple[Any, yaml.Node]] = []
+    loader = yaml.SafeLoader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None:
+                docs.append((loader.construct_document(node), node))
     except yaml.YAMLError as exc:
-        raise InvalidResourceError([
-            FieldProblem("", _yaml_message(exc), source=source, document=len(docs)),
-        ]) from None
-    resources: list[Resource] = []
+        mark = getattr(exc, "problem_mark", None)
+        raise InvalidResourceError([FieldProblem(
+            "", _yaml_message(exc), source=source, document=len(docs), line=mark.line + 1 if mark else None,
+        )]) from None
+    finally:
+        loader.dispose()
+    manifests: list[Manifest] = []
     problems: list[FieldProblem] = []
-    for index, doc in enumerate(docs):
+    for index, (doc, node) in enumerate(docs):
         if doc is None:
             continue
+        lines = node_lines(node)
         try:
-            resources.append(parse_resource(doc, source, index))
+            manifests.append(Manifest(parse_resource(doc, source, index, lines), source, index, lines))
         except InvalidResourceError as exc:
             problems.extend(exc.problems)
     if problems:
         raise InvalidResourceError(problems)
-    return resources
+    return manifests
+
+
+def parse_documents(text: str, source: str = "") -> list[Resource]:
+    """``parse_manifests`` without the records: the resources only."""
+    return [manifest.resource for manifest in parse_manifests(text, source)]
 
 
 def manifest_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -90,9 +233,10 @@ def manifest_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def load_paths(paths: Sequence[str | Path]) -> list[Resource]:
-    """Load every resource under ``paths``; raise one error listing every problem in every file."""
-    resources: list[Resource] = []
+def load_manifests(paths: Sequence[str | Path]) -> list[Manifest]:
+    """Load every resource under ``paths`` with where it was written; raise one error listing every problem in
+    every file (a resource defined twice names both places)."""
+    manifests: list[Manifest] = []
     problems: list[FieldProblem] = []
     for file in manifest_files(paths):
         try:
@@ -101,23 +245,30 @@ def load_paths(paths: Sequence[str | Path]) -> list[Resource]:
             problems.append(FieldProblem("", f"cannot read: {exc}", source=str(file)))
             continue
         try:
-            resources.extend(parse_documents(text, str(file)))
+            manifests.extend(parse_manifests(text, str(file)))
         except InvalidResourceError as exc:
             problems.extend(exc.problems)
-    problems.extend(_duplicate_problems(resources))
+    problems.extend(_duplicate_problems(manifests))
     if problems:
         raise InvalidResourceError(problems)
-    return resources
+    return manifests
 
 
-def _duplicate_problems(resources: list[Resource]) -> list[FieldProblem]:
-    seen: set[tuple[str, str, str]] = set()
+def load_paths(paths: Sequence[str | Path]) -> list[Resource]:
+    """``load_manifests`` without the records: the resources only."""
+    return [manifest.resource for manifest in load_manifests(paths)]
+
+
+def _duplicate_problems(manifests: list[Manifest]) -> list[FieldProblem]:
+    first: dict[tuple[str, str, str], Manifest] = {}
     problems = []
-    for res in resources:
+    for manifest in manifests:
+        res = manifest.resource
         ident = (res.kind, res.metadata.namespace, res.metadata.name)
-        if ident in seen:
-            problems.append(FieldProblem("metadata.name", f"duplicate {res.kind} {ident[1]}/{ident[2]}"))
-        seen.add(ident)
+        if ident in first:
+            problems.append(manifest.problem("metadata.name", f"duplicate {res.kind} {ident[1]}/{ident[2]} "
+                                             f"(first defined at {first[ident].where('metadata.name')})"))
+        first.setdefault(ident, manifest)
     return problems
 
 

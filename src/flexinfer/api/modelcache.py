@@ -34,6 +34,7 @@ class CacheFlashLoaderSpec(ApiModel):
     """Parallel copy workers (1-32)."""
     tmpfs_size_limit: Quantity | None = None
     """Size limit of the staging tmpfs (Kubernetes quantity)."""
+    # Explicit aliases: the generated camelCase of ``p2p_port`` is ``p2PPort``, not Go's ``p2pPort``.
     p2p: bool = Field(default=False, alias="p2p")
     """Accepted for compatibility; not used."""
     p2p_port: int = Field(default=9876, ge=1, le=65535, alias="p2pPort")

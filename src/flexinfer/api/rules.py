@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from flexinfer.api.errors import FieldProblem
 from flexinfer.api.model import SOURCE_SCHEMES, Model
+from flexinfer.api.units import parse_quantity
 
 GPU_RESOURCE_KEYS = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
 
 
 def model_problems(model: Model) -> list[FieldProblem]:
     """All rule violations of one Model (empty when valid)."""
-    return [*_source_problems(model), *_gpu_problems(model), *_resource_problems(model)]
+    return [*_source_problems(model), *_gpu_problems(model), *_resource_problems(model), *_size_problems(model)]
 
 
 def _source_problems(model: Model) -> list[FieldProblem]:
@@ -58,3 +59,21 @@ def _resource_problems(model: Model) -> list[FieldProblem]:
                     f"spec.resources.{section}[{key}]", "GPU resources are set with spec.gpu.count, not here",
                 ))
     return problems
+
+
+def _size_problems(model: Model) -> list[FieldProblem]:
+    """Sizes and resource amounts are never negative (the schema's quantity syntax allows a sign)."""
+    cache = model.spec.cache
+    sizes: list[tuple[str, str | None]] = []
+    if cache is not None:
+        sizes.append(("spec.cache.size", cache.size))
+        if cache.flash_loader is not None:
+            sizes.append(("spec.cache.flashLoader.tmpfsSizeLimit", cache.flash_loader.tmpfs_size_limit))
+        if cache.compilation_cache is not None:
+            sizes.append(("spec.cache.compilationCache.sizeLimit", cache.compilation_cache.size_limit))
+    if model.spec.resources is not None:
+        for section, values in (("limits", model.spec.resources.limits),
+                                ("requests", model.spec.resources.requests)):
+            sizes += [(f"spec.resources.{section}[{key}]", value) for key, value in values.items()]
+    return [FieldProblem(path, f"must not be negative, got {value!r}")
+            for path, value in sizes if value is not None and parse_quantity(value) < 0]

@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from flexinfer.api import Model, load_paths
+from flexinfer.api import Manifest, Model, load_manifests
 from flexinfer.core.errors import ConfigError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage
@@ -30,7 +30,7 @@ from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.config import local_config
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.profiles import SystemAvailability
-from flexinfer.local.validation import check_models
+from flexinfer.local.validation import check_manifests
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
 from flexinfer.observability.tracing import (
     Tracing,
@@ -64,20 +64,23 @@ async def flash_stage(model: Model, src: Path, dst: Path) -> None:
     log.info("model %s: staged %s into %s (%s)", model.key, src, dst, report.summary())
 
 
-def load_models(paths: Sequence[str | Path]) -> list[Model]:
+def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
     """The Model manifests under ``paths``; ``ConfigError`` when there are none."""
-    models = [r for r in load_paths(paths) if isinstance(r, Model)]
-    if not models:
+    manifests = [m for m in load_manifests(paths) if isinstance(m.resource, Model)]
+    if not manifests:
         raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in paths)}")
-    return models
+    return manifests
+
+
+SERVE_PROXY_DEFAULTS: Mapping[str, str] = {"PROXY_SHUTDOWN_DRAIN_DELAY": "0s"}
+"""``PROXY_*`` defaults that differ under ``serve``: no load balancer to drain locally (the configuration
+reference shows these too)."""
 
 
 def local_proxy_config(env: Mapping[str, str]) -> ProxyConfig:
-    """``PROXY_*`` settings; locally there is no load balancer to drain, so the drain delay defaults to 0."""
-    config = proxy_config(env)
-    if not env.get("PROXY_SHUTDOWN_DRAIN_DELAY", "").strip():
-        config = replace(config, shutdown_drain_delay=0.0)
-    return config.validate()
+    """``PROXY_*`` settings, with ``SERVE_PROXY_DEFAULTS`` for the variables that are unset or blank."""
+    unset = {name: value for name, value in SERVE_PROXY_DEFAULTS.items() if not env.get(name, "").strip()}
+    return proxy_config({**env, **unset}).validate()
 
 
 @dataclass
@@ -113,7 +116,7 @@ def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher,
     """The proxy application over the dispatcher, plus the admin API routes and the status page."""
     catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
     app = create_app(config, dispatcher, catalog, registry=registry,
-                     metrics=ProxyMetrics(registry, [m.name for m in models]),
+                     metrics=ProxyMetrics(registry, [m.key for m in models]),
                      tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
                      token=config.auth_token if config.auth_enabled else "")
@@ -127,12 +130,18 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
                       env: Environment | None = None, base_dir: Path | None = None) -> LocalServer:
     """Load the manifests and start everything; returns once the proxy listens (models start on demand)."""
     env = env if env is not None else environment()
-    models = load_models(paths)
+    manifests = load_models(paths)
+    models = [m.resource for m in manifests if isinstance(m.resource, Model)]
     proxy_cfg = local_proxy_config(env)
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
                          queue_limit=proxy_cfg.max_queue_size)
-    for note in check_models(models, SystemAvailability(path=env.get("PATH")), local.engine.base_dir):
-        log.warning("%s (it will fail when activated)", note.message)
+    problems = check_manifests(manifests, SystemAvailability(path=env.get("PATH")), local.engine.base_dir,
+                               every_source=True)
+    if problems:
+        log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
+                    "when activated, the others are served:", len(problems))
+    for problem in problems:
+        log.warning("%s", problem)
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
     engine, activity = LocalEngine(local.engine, stager=flash_stage), ActivityLog()
     dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing, activity))

@@ -61,11 +61,11 @@ class ClusterProxy:
 
 
 def _declare_names(metrics: ProxyMetrics, store: ModelStore) -> Callable[[Model | None, Model | None], None]:
-    """A store listener that keeps the proxy metrics' model label set equal to the cached Model names."""
+    """A store listener that keeps the proxy metrics' declared models equal to the cached Model keys."""
 
     def changed(old: Model | None, new: Model | None) -> None:
         if old is None or new is None:
-            metrics.declare_models(m.name for m in store.all())
+            metrics.declare_models(m.key for m in store.all())
 
     return changed
 
@@ -77,14 +77,15 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     proxy_cfg = proxy_config(env).validate()
     settings = cluster_proxy_settings(env, cold_start_timeout=proxy_cfg.cold_start_timeout,
                                       queue_limit=proxy_cfg.max_queue_size)
+    trace_settings = tracing_settings(env)  # every setting is checked before anything connects
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
-    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", tracing_settings(env))
+    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)
     activity = ActivityLog()
     observers: list[LifecycleObserver] = [activity, *([TracingObserver(tracing)] if tracing.enabled else [])]
     side = ClusterSide(api, settings, observer=ObserverGroup(observers))
     try:
         await side.start()
-        metrics = ProxyMetrics(registry, [m.name for m in side.store.all()])
+        metrics = ProxyMetrics(registry, [m.key for m in side.store.all()])
         side.store.subscribe(_declare_names(metrics, side.store))
         app = create_app(proxy_cfg, side.activator, side.catalog, registry=registry, metrics=metrics,
                          tracer=proxy_tracer(tracing))

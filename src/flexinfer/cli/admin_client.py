@@ -19,13 +19,14 @@ TIMEOUT = 10.0
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     """``--url`` and ``--token`` (default: ``PROXY_AUTH_TOKEN`` from the environment)."""
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
+    parser.add_argument("--url", default=DEFAULT_URL,
+                        help=f"the server's base URL, http:// assumed without a scheme (default {DEFAULT_URL})")
     parser.add_argument("--token", default=None, help="bearer token (default: $PROXY_AUTH_TOKEN)")
 
 
 def get_json(args: argparse.Namespace, path: str, query: dict[str, str] | None = None) -> Any:
     """GET ``path`` from the admin API; the decoded JSON body."""
-    url = args.url.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
+    url = base_url(args.url) + path + ("?" + urllib.parse.urlencode(query) if query else "")
     token = args.token if args.token is not None else environment().get("PROXY_AUTH_TOKEN", "")
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
@@ -36,6 +37,17 @@ def get_json(args: argparse.Namespace, path: str, query: dict[str, str] | None =
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise FlexInferError(f"cannot reach flexinfer serve at {args.url}: {reason}") from None
+
+
+def base_url(text: str) -> str:
+    """``--url`` as a base URL: ``http://`` is assumed when no scheme is given (``localhost:8080``)."""
+    url = text.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FlexInferError(f"--url {text!r}: expected http(s)://HOST[:PORT] or HOST[:PORT]")
+    return url
 
 
 def error_message(body: bytes) -> str:

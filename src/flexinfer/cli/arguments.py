@@ -1,4 +1,4 @@
-"""Argument types shared by the subcommands (integers with a lower bound, with a clear message)."""
+"""Argument types shared by the subcommands (integers with a lower bound, ports), with a clear message."""
 
 from __future__ import annotations
 
@@ -19,3 +19,11 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def port_number(text: str) -> int:
+    """An argparse ``type`` for a TCP port: 0 (pick a free one) to 65535."""
+    value = int_at_least(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 0 to 65535, got {value}")
+    return value

@@ -19,7 +19,7 @@ DEFAULT_OUT = "charts/flexinfer/crds"
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "crds", help="write the CustomResourceDefinitions generated from the types",
-        description="Generate the Model, ModelCache and GPULease CRDs (apiextensions.k8s.io/v1).",
+        description="Generate the Model, ModelCache, GPULease and ModelDemand CRDs (apiextensions.k8s.io/v1).",
     )
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--check", action="store_true", help="only check that the files are up to date")

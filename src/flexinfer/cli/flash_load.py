@@ -43,7 +43,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--exclude", action="append", metavar="PREFIX[,PREFIX]",
         help="skip paths with these prefixes; repeatable (FLASH_EXCLUDE; .cache/ and .git/ always)",
     )
-    parser.add_argument("--variant", help="weights variant to prefer: fp16 (FLASH_VARIANT)")
+    parser.add_argument("--variant", type=str.lower, choices=config.VARIANTS,
+                        help="weights variant to prefer: fp16 (FLASH_VARIANT)")
     parser.add_argument(
         "--chunk-mib", type=int_at_least(1), help="split files larger than this into ranges copied in parallel (256)",
     )

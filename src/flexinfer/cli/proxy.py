@@ -1,7 +1,7 @@
 """``flexinfer proxy [--host 0.0.0.0] [--port 8080] [--kubeconfig PATH]``: the in-cluster OpenAI-compatible proxy.
 
 Serves every Model of ``POD_NAMESPACE`` behind one endpoint: Models come from a watch cache, a request for a
-model that is not Ready signals demand (``status.lastActiveTime``) and waits on the watch until the manager
+model that is not Ready signals demand (its ``ModelDemand`` report) and waits on the watch until the manager
 reports it Ready, then it is forwarded to ``status.endpoint``. Settings: ``PROXY_*`` (validated at start,
 exit 1 naming the variable), ``POD_NAMESPACE``, ``FLEXINFER_PROXY_ALL_NAMESPACES``, ``FLEXINFER_OTEL_*``.
 Runs ``flexinfer.assembly.run_proxy`` until SIGTERM/SIGINT.
@@ -13,19 +13,21 @@ import argparse
 from typing import Any
 
 from flexinfer.assembly.proxy import run_proxy
+from flexinfer.cli.arguments import port_number
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "proxy", help="run the in-cluster OpenAI-compatible proxy (scale-from-zero, swap-aware queueing)",
         description="Run the in-cluster proxy: resolves request model names from a watch cache of Models, "
-                    "signals demand to the manager through status.lastActiveTime, holds requests until the "
+                    "signals demand to the manager through its ModelDemand report, holds requests until the "
                     "model is Ready and forwards them to its Service. Environment: PROXY_* (queue, timeouts, "
                     "auth, rate limits, shutdown), POD_NAMESPACE (default 'default'), "
                     "FLEXINFER_PROXY_ALL_NAMESPACES, FLEXINFER_OTEL_ENABLED and OTEL_EXPORTER_OTLP_*.",
     )
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks a free port)")
+    parser.add_argument("--port", type=port_number, default=8080,
+                        help="listen port (default 8080; 0 picks a free port)")
     parser.add_argument("--kubeconfig", metavar="PATH", default=None,
                         help="kubeconfig file (default: $KUBECONFIG, the in-cluster service account, "
                              "then ~/.kube/config)")

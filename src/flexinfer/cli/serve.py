@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from flexinfer.cli.arguments import port_number
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -21,7 +23,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-f", "--filename", action="append", required=True, metavar="FILE|DIR",
                         help="Model manifest file or directory (repeatable)")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="listen port (default 8080; 0 picks a free port)")
+    parser.add_argument("--port", type=port_number, default=8080,
+                        help="listen port (default 8080; 0 picks a free port)")
     return parser
 
 

@@ -1,9 +1,11 @@
 """``flexinfer status [--url URL]``: a table of the models a running ``flexinfer serve`` knows (model, group,
-phase, last swap, queue depth, in flight, endpoint), read from its admin API."""
+phase, last swap, queue depth, in flight, endpoint), read from its admin API. A model is shown by its name,
+or as ``namespace/name`` when several namespaces use that name (as ``/v1/models`` lists it)."""
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -31,12 +33,14 @@ def status_table(models: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
     for column in ("MODEL", "GROUP", "PHASE", "LAST SWAP", "QUEUE", "IN FLIGHT", "ENDPOINT"):
         table.add_column(column)
+    uses = Counter(str(row["name"]) for row in models)
     for row in models:
         phase = str(row["phase"]) + (" (draining)" if row.get("draining") else "")
         age = row.get("last_swap_age")
         style = PHASE_STYLES.get(str(row["phase"]))
+        shown = row["key"] if uses[str(row["name"])] > 1 else row["name"]
         table.add_row(
-            str(row["name"]), row.get("group") or "-", f"[{style}]{phase}[/]" if style else phase,
+            str(shown), row.get("group") or "-", f"[{style}]{phase}[/]" if style else phase,
             "-" if age is None else f"{format_duration(float(age))} ago", str(row["queue_depth"]),
             str(row["in_flight"]), row.get("endpoint") or "-",
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
@@ -20,6 +21,7 @@ from flexinfer.core.arbiter_state import (
     Ticket,
     activation_failure_effect,
     activation_success_effects,
+    backoff_error,
     challenger,
     failed_error,
     first_choice,
@@ -41,9 +43,9 @@ class Arbiter:
 
     def __init__(self, models: Iterable[Model] = (), policy: ArbiterPolicy | None = None) -> None:
         self.policy = policy or ArbiterPolicy()
-        self.slots: dict[str, Slot] = {}
+        self.slots: dict[ModelKey, Slot] = {}
         self.tickets: dict[int, Ticket] = {}
-        self.next_up: dict[str, str] = {}
+        self.next_up: dict[str, ModelKey] = {}
         self.shutting_down = False
         self._shutdown_done = False
         self._wake: float | None = None
@@ -67,14 +69,7 @@ class Arbiter:
         fx, self._fx = self._fx, []
         return fx
 
-    def resolve(self, name: str) -> str | None:
-        """A model key from ``namespace/name`` or a bare name (unique across namespaces)."""
-        if name in self.slots and not self.slots[name].removed:
-            return name
-        hits = [k for k, s in self.slots.items() if s.model.name == name and not s.removed]
-        return hits[0] if len(hits) == 1 else None
-
-    def waiting_reason(self, key: str) -> str:
+    def waiting_reason(self, key: ModelKey) -> str:
         """``swap`` when a waiting model needs another model off its GPU first, else ``cold_start``."""
         slot = self.slots.get(key)
         if slot is None:
@@ -118,15 +113,15 @@ class Arbiter:
     # ------------------------------------------------------------ tickets
 
     def _arrive(self, event: ev.RequestArrived, now: float) -> None:
-        key = self.resolve(event.model)
+        key = event.model
         if self.shutting_down:
             return self._reject_new(event, ShuttingDownError("FlexInfer is shutting down"))
-        if key is None:
-            return self._reject_new(event, ModelNotFoundError(event.model))
-        slot = self.slots[key]
+        slot = self._declared(key)
+        if slot is None:
+            return self._reject_new(event, ModelNotFoundError(key))
         slot.last_active, slot.held_off = now, False
         if slot.backing_off(now):
-            return self._reject_new(event, failed_error(slot, "restart backoff", (slot.retry_at or now) - now))
+            return self._reject_new(event, backoff_error(slot, now))
         if slot.servable:
             self.tickets[event.ticket] = Ticket(event.ticket, key, now, now, granted=True)
             slot.in_flight.add(event.ticket)
@@ -167,7 +162,7 @@ class Arbiter:
 
     # ------------------------------------------------------------ engine reports
 
-    def _ready(self, key: str, endpoint: object, now: float) -> None:
+    def _ready(self, key: ModelKey, endpoint: object, now: float) -> None:
         slot = self.slots.get(key)
         if slot is None or not slot.running or slot.stopping or slot.phase == READY:
             return
@@ -190,7 +185,7 @@ class Arbiter:
         for effect in activation_success_effects(slot, activation, now):
             self._emit(effect)
 
-    def _start_failed(self, key: str, error: str, now: float) -> None:
+    def _start_failed(self, key: ModelKey, error: str, now: float) -> None:
         slot = self.slots.get(key)
         if slot is None or not slot.running or slot.stopping:
             return
@@ -204,14 +199,14 @@ class Arbiter:
         slot.activation, slot.preempted_by = None, None
         slot.failures += 1
         backoff = self.policy.backoff(slot.failures)
-        slot.retry_at, slot.wanted = now + backoff, False
+        slot.retry_at, slot.wanted, slot.last_error = now + backoff, False, error
         self._phase(slot, FAILED, reason)
         for ticket in list(slot.queue.values()):
             self._reject(slot, ticket, failed_error(slot, error, backoff))
         if slot.group is not None and self.next_up.get(slot.group) == slot.key:
             del self.next_up[slot.group]
 
-    def _stopped(self, key: str) -> None:
+    def _stopped(self, key: ModelKey) -> None:
         slot = self.slots.get(key)
         if slot is None or not slot.running:
             return
@@ -226,7 +221,7 @@ class Arbiter:
         elif slot.queue and not self.shutting_down:
             self._phase(slot, PENDING, "WaitingForActivation")
 
-    def _crashed(self, key: str, error: str, now: float) -> None:
+    def _crashed(self, key: ModelKey, error: str, now: float) -> None:
         slot = self.slots.get(key)
         if slot is None or not slot.running or slot.stopping:
             return self._stopped(key)
@@ -234,26 +229,28 @@ class Arbiter:
             return self._start_failed(key, error, now)
         return self._fail(slot, "ServerExited", error, now)
 
-    def _stage(self, key: str, stage: str, now: float) -> None:
+    def _stage(self, key: ModelKey, stage: str, now: float) -> None:
         slot = self.slots.get(key)
         if slot is not None and slot.activation is not None and slot.loading:
             slot.activation.mark(stage, now)
 
     # ------------------------------------------------------------ explicit control
 
-    def _preload(self, key_or_name: str, now: float) -> None:
-        key = self.resolve(key_or_name)
-        if key is not None and not self.shutting_down:
-            slot = self.slots[key]
+    def _declared(self, key: ModelKey) -> Slot | None:
+        slot = self.slots.get(key)
+        return None if slot is None or slot.removed else slot
+
+    def _preload(self, key: ModelKey, now: float) -> None:
+        slot = self._declared(key)
+        if slot is not None and not self.shutting_down:
             slot.wanted, slot.held_off = not slot.servable, False
             if slot.phase in (IDLE, PREEMPTED) and not slot.running:
                 self._phase(slot, PENDING, "WaitingForActivation")
 
-    def _unload(self, key_or_name: str, now: float) -> None:
-        key = self.resolve(key_or_name)
-        if key is None:
+    def _unload(self, key: ModelKey, now: float) -> None:
+        slot = self._declared(key)
+        if slot is None:
             return
-        slot = self.slots[key]
         slot.wanted, slot.held_off = False, True
         if slot.running:
             self._retire(slot, now)
@@ -352,7 +349,8 @@ class Arbiter:
                     self._swap(holder, winner, now)
 
     def _start_next(self, group: str, members: list[Slot], now: float) -> None:
-        planned = self.slots.get(self.next_up.pop(group, ""))
+        planned_key = self.next_up.pop(group, None)
+        planned = self.slots.get(planned_key) if planned_key is not None else None
         if planned is not None and not planned.wants_gpu(now):
             planned.activation, planned = None, None
         winner = planned or first_choice(members, now, self.policy)

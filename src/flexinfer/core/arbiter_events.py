@@ -5,13 +5,15 @@ The dispatcher (``flexinfer.runtime.dispatcher``) is the only production caller:
 engine completions into events and executes the effects. Tests script both sides directly.
 
 Times are plain floats (seconds on the caller's monotonic clock); model identity is the model key
-(``namespace/name``); tickets are ints chosen by the caller.
+(``flexinfer.api.key.ModelKey``, ``namespace/name``), resolved by the proxy's catalog before a request gets
+here: the arbiter never looks a bare name up; tickets are ints chosen by the caller.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.errors import RequestError
 
@@ -49,7 +51,7 @@ class RequestArrived:
     """A caller wants to send one request to ``model``; ``deadline`` is the caller's own budget."""
 
     ticket: int
-    model: str
+    model: ModelKey
     deadline: float | None = None
 
 
@@ -71,13 +73,13 @@ class RequestFinished:
 class ModelReady:
     """The engine reports the model Ready at ``endpoint`` (an ``Endpoint`` or any opaque value)."""
 
-    model: str
+    model: ModelKey
     endpoint: object
 
 
 @dataclass(frozen=True)
 class ModelStartFailed:
-    model: str
+    model: ModelKey
     error: str
 
 
@@ -85,7 +87,7 @@ class ModelStartFailed:
 class ModelStopped:
     """The model server is gone (a requested stop finished, or it exited on its own)."""
 
-    model: str
+    model: ModelKey
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class ModelCrashed:
     """A Ready (or loading) model server exited without being asked to: the model becomes Failed, its
     waiting tickets are rejected, and the next start waits out the restart backoff."""
 
-    model: str
+    model: ModelKey
     error: str
 
 
@@ -101,7 +103,7 @@ class ModelCrashed:
 class StageReached:
     """An engine-reported startup stage began (``staging``/``server_start``/``health``)."""
 
-    model: str
+    model: ModelKey
     stage: str
 
 
@@ -114,12 +116,12 @@ class Tick:
 
 @dataclass(frozen=True)
 class Preload:
-    model: str
+    model: ModelKey
 
 
 @dataclass(frozen=True)
 class Unload:
-    model: str
+    model: ModelKey
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ Event = (
 @dataclass(frozen=True)
 class GrantTicket:
     ticket: int
-    model: str
+    model: ModelKey
     endpoint: object
     waited: float
     activation: str | None = None
@@ -157,20 +159,20 @@ class GrantTicket:
 @dataclass(frozen=True)
 class RejectTicket:
     ticket: int
-    model: str
+    model: ModelKey
     error: RequestError
 
 
 @dataclass(frozen=True)
 class StartModel:
-    model: str
+    model: ModelKey
 
 
 @dataclass(frozen=True)
 class StopModel:
     """Stop the model (cancelling a start in progress). ``forced`` = the drain timeout expired."""
 
-    model: str
+    model: ModelKey
     forced: bool = False
 
 
@@ -183,27 +185,27 @@ class ScheduleWake:
 
 @dataclass(frozen=True)
 class ObserveColdStart:
-    model: str
+    model: ModelKey
     seconds: float
 
 
 @dataclass(frozen=True)
 class ObserveSwap:
-    model: str
+    model: ModelKey
     group: str
     seconds: float
 
 
 @dataclass(frozen=True)
 class ObserveStage:
-    model: str
+    model: ModelKey
     stage: str
     seconds: float
 
 
 @dataclass(frozen=True)
 class PhaseChanged:
-    model: str
+    model: ModelKey
     old: str | None
     new: str
     reason: str = ""
@@ -214,22 +216,22 @@ class Preempted:
     """``loser`` lost the GPU of ``group`` to ``winner`` (a swap decision)."""
 
     group: str
-    loser: str
-    winner: str
+    loser: ModelKey
+    winner: ModelKey
 
 
 @dataclass(frozen=True)
 class ActivationDone:
     """One activation ended: its kind, stage start times, the tickets that waited for it, the outcome."""
 
-    model: str
+    model: ModelKey
     kind: str
     started_at: float
     ended_at: float
     stages: tuple[tuple[str, float, float], ...]
     tickets: tuple[int, ...]
     result: str = "success"
-    preempted: str | None = None
+    preempted: ModelKey | None = None
 
 
 @dataclass(frozen=True)

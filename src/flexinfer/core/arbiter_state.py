@@ -6,9 +6,11 @@ reads over slots (the rules are written out in docs/design/swapping.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy, Effect
@@ -23,7 +25,7 @@ class Ticket:
     """One request waiting for, or holding, a grant."""
 
     id: int
-    model: str
+    model: ModelKey
     arrived: float
     deadline: float
     granted: bool = False
@@ -46,16 +48,18 @@ class Slot:
     drain_until: float | None = None
     """Set while draining: no new grants; stopped when in-flight reaches 0 or at this time."""
     stopping: bool = False
-    preempted_by: str | None = None
+    preempted_by: ModelKey | None = None
     wanted: bool = False
     held_off: bool = False
     failures: int = 0
     retry_at: float | None = None
+    last_error: str | None = None
+    """Why the last start failed (for the backoff rejection's message)."""
     last_swap: float | None = None
     removed: bool = False
 
     @property
-    def key(self) -> str:
+    def key(self) -> ModelKey:
         return self.model.key
 
     @property
@@ -160,6 +164,16 @@ def failed_error(slot: Slot, error: str, retry_after: float) -> ModelFailedError
     return err
 
 
+def backoff_error(slot: Slot, now: float) -> ModelFailedError:
+    """The error for a request that arrives while a failed model waits out its restart backoff: when the next
+    start may be tried, after how many failures, and why the last one failed."""
+    left = max((slot.retry_at or now) - now, 0.0)
+    failures = f"{slot.failures} failed start{'s' if slot.failures != 1 else ''}"
+    why = (slot.last_error or "").strip().splitlines()[0].rstrip(":") if slot.last_error else "unknown error"
+    return failed_error(slot, f"restart backoff after {failures}, next start in {math.ceil(left)}s "
+                              f"(last failure: {why})", left)
+
+
 def activation_success_effects(slot: Slot, activation: Activation, now: float) -> list[Effect]:
     """The observations of an activation that reached Ready: cold start, swap (shared groups), stages, and
     the ``ActivationDone`` record naming the tickets that waited for it."""
@@ -172,7 +186,7 @@ def activation_success_effects(slot: Slot, activation: Activation, now: float) -
     effects += [ev.ObserveStage(slot.key, span.stage, span.seconds) for span in obs.stages]
     stages = tuple((s.stage, s.start, s.end) for s in obs.stages)
     effects.append(ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages,
-                                     tuple(slot.queue), "success", activation.preempted))
+                                     tuple(slot.queue), "success", _displaced(activation)))
     return effects
 
 
@@ -180,5 +194,9 @@ def activation_failure_effect(slot: Slot, activation: Activation, now: float) ->
     """The ``ActivationDone`` record of an activation whose start failed."""
     stages = tuple((s.stage, s.start, s.end) for s in activation.fail(now).stages)
     return ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages, tuple(slot.queue),
-                             "failure", activation.preempted)
+                             "failure", _displaced(activation))
 
+
+def _displaced(activation: Activation) -> ModelKey | None:
+    """The key of the model a swap took the GPU from (the arbiter's clocks record keys)."""
+    return ModelKey.parse(activation.preempted) if activation.preempted else None

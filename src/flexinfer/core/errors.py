@@ -8,6 +8,7 @@
     │   ├── BadRequestError             400 invalid_request_error / missing_required_field
     │   ├── UnauthorizedError           401 invalid_api_key
     │   ├── ModelNotFoundError          404 model_not_found
+    │   ├── AmbiguousModelError         409 model_ambiguous (a bare name used in several namespaces)
     │   ├── PayloadTooLargeError        413 request body over the limit
     │   ├── RateLimitedError            429 rate_limit_exceeded (+ Retry-After)
     │   ├── QueueFullError              503 queue_full (+ Retry-After)
@@ -19,8 +20,12 @@
     │   └── InsufficientSpaceError      destination tmpfs too small
     └── EngineError                     an engine could not start/stop a model server
 
-Edges map them: the proxy to the OpenAI error envelope, the operator to kopf Temporary/Permanent errors,
-the CLI to one line on stderr and exit code 1.
+Edges map them: the proxy to the OpenAI error envelope (``flexinfer.proxy.errors``); the operator to kopf
+errors (``flexinfer.kube.operator.kopf_error``): ``InvalidResourceError``, ``ConfigError`` and
+``IllegalTransitionError`` become ``PermanentError`` (not retried), everything else ``TemporaryError``
+(retried after a delay, a bounded number of times); the CLI to one line on stderr and exit code 1
+(``flexinfer.cli.main``). ``echo_safe`` bounds and
+escapes any error text an HTTP edge sends back.
 """
 
 from __future__ import annotations
@@ -28,11 +33,23 @@ from __future__ import annotations
 from flexinfer.api.errors import FieldProblem, FlexInferError, InvalidResourceError
 
 __all__ = [
-    "BadRequestError", "ColdStartTimeoutError", "ConfigError", "EngineError", "FieldProblem",
+    "AmbiguousModelError", "BadRequestError", "ColdStartTimeoutError", "ConfigError", "EngineError", "FieldProblem",
     "FlexInferError", "IllegalTransitionError", "InsufficientSpaceError", "InvalidResourceError",
     "ModelFailedError", "ModelNotFoundError", "PayloadTooLargeError", "QueueFullError", "RateLimitedError",
     "RequestError", "ShuttingDownError", "StagingError", "UnauthorizedError", "UpstreamError",
 ]
+
+
+MAX_ECHO = 1024
+"""Characters of any error text sent back to a client (messages echo client input: model names, paths)."""
+
+
+def echo_safe(text: str, limit: int = MAX_ECHO) -> str:
+    """``text`` bounded to ``limit`` characters and encodable as UTF-8 (lone surrogates, from a JSON
+    ``\\ud800`` escape or undecodable header bytes, become backslash-escaped text): safe to send back."""
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 class ConfigError(FlexInferError):
@@ -72,6 +89,18 @@ class ModelNotFoundError(RequestError):
     def __init__(self, model: str) -> None:
         super().__init__(f"Model '{model}' not found")
         self.model = model
+
+
+class AmbiguousModelError(RequestError):
+    """A bare model name that several namespaces use: the client must name one as ``namespace/name``."""
+
+    status, type, code, param = 409, "invalid_request_error", "model_ambiguous", "model"
+
+    def __init__(self, model: str, candidates: tuple[str, ...]) -> None:
+        listed = ", ".join(f"'{c}'" for c in candidates)
+        super().__init__(f"Model '{model}' is ambiguous: it exists in several namespaces ({listed}); "
+                         "name one as namespace/name")
+        self.model, self.candidates = model, candidates
 
 
 class PayloadTooLargeError(RequestError):

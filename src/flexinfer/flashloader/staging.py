@@ -193,7 +193,7 @@ def nothing_selected(src: Path, listing: SourceListing, shown: int = 3) -> str:
 
 
 def prepare_roots(src: Path, dst: Path) -> tuple[str, str]:
-    """Check the source is a readable directory, create the destination, refuse overlapping trees."""
+    """Check the source is a readable directory, refuse overlapping trees, then create the destination."""
     try:
         info = os.stat(src)
         os.listdir(src)
@@ -205,14 +205,14 @@ def prepare_roots(src: Path, dst: Path) -> tuple[str, str]:
         raise StagingError(f"cannot read source directory {src}: {error.strerror}") from None
     if not stat.S_ISDIR(info.st_mode):
         raise StagingError(f"source {src} is not a directory")
+    src_real, dst_real = os.path.realpath(src), os.path.realpath(dst)  # before creating dst: refuse first
+    if _inside(src_real, dst_real) or _inside(dst_real, src_real):
+        raise StagingError(f"source {src} and destination {dst} overlap; staging needs two separate trees")
     try:
         dst.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise StagingError(f"cannot create destination directory {dst}: {error.strerror}") from None
-    src_real, dst_real = os.path.realpath(src), os.path.realpath(dst)
-    if _inside(src_real, dst_real) or _inside(dst_real, src_real):
-        raise StagingError(f"source {src} and destination {dst} overlap; staging needs two separate trees")
-    return src_real, dst_real
+    return src_real, os.path.realpath(dst)
 
 
 def _inside(path: str, root: str) -> bool:

@@ -1,8 +1,9 @@
 """The in-cluster proxy's ``Catalog``: request names → Models, answered from the watch cache (no API call).
 
 A request may name a model by ``namespace/name``, by its name (when unique across the watched
-namespaces), by ``spec.litellm.servedModelName`` or by one of ``spec.litellm.aliases``; a model's own name
-always wins over another model's alias, and among alias claimants the oldest Model wins (then the key).
+namespaces; a name used in several is ambiguous, 409), by ``spec.litellm.servedModelName`` or by one of
+``spec.litellm.aliases``; a model's own name always wins over another model's alias, and among alias
+claimants the oldest Model wins (then the key). The rule is ``flexinfer.core.model_index``.
 ``spec.litellm.enabled: false`` parks a model (the proxy answers 404 and ``/v1/models`` hides it). The
 phase shown is the manager's ``status.phase``. The name index is rebuilt only after the store changed.
 Built by ``flexinfer.kube.proxy_side``; used by the proxy (``flexinfer.proxy``) through the ``Catalog`` port.
@@ -13,20 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
+from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
 from flexinfer.kube.model_watch import ModelStore
 from flexinfer.runtime.ports import ModelView
 
 _SOURCE_PREFIXES = ("HF://", "hf://", "ollama://", "file://")
-
-
-def aliases(model: Model) -> tuple[str, ...]:
-    """Client-facing names routed to ``model`` besides its own: served model name, then aliases."""
-    litellm = model.spec.litellm
-    if litellm is None:
-        return ()
-    names = [litellm.served_model_name or "", *litellm.aliases]
-    return tuple(dict.fromkeys(n for n in names if n and n != model.name))
 
 
 def backend_model_name(model: Model) -> str:
@@ -75,13 +69,15 @@ class WatchCatalog:
 
     def __init__(self, store: ModelStore) -> None:
         self._store = store
-        self._names: dict[str, str] = {}
+        self._index = EMPTY
         self._indexed = -1
 
-    def key(self, name: str) -> str | None:
-        """The Model key a request name routes to, if any."""
-        self._refresh()
-        return self._names.get(name)
+    def key(self, name: str) -> ModelKey | None:
+        """The Model key a request name routes to, if any (``AmbiguousModelError`` for an ambiguous name)."""
+        if self._indexed != self._store.version:
+            self._index = ModelIndex.build(sorted(self._store.all(), key=_age_order))
+            self._indexed = self._store.version
+        return self._index.lookup(name)
 
     def model(self, name: str) -> Model | None:
         """The cached Model a request name routes to, if any."""
@@ -94,17 +90,3 @@ class WatchCatalog:
 
     def models(self) -> Sequence[ModelView]:
         return [view(m) for m in sorted(self._store.all(), key=lambda m: m.key)]
-
-    def _refresh(self) -> None:
-        if self._indexed == self._store.version:
-            return
-        models = sorted(self._store.all(), key=_age_order)
-        names: dict[str, str] = {m.key: m.key for m in models}
-        by_name: dict[str, list[str]] = {}
-        for model in models:
-            by_name.setdefault(model.name, []).append(model.key)
-        names.update({name: keys[0] for name, keys in by_name.items() if len(keys) == 1})
-        for model in models:
-            for alias in aliases(model):
-                names.setdefault(alias, model.key)
-        self._names, self._indexed = names, self._store.version

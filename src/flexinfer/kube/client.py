@@ -5,6 +5,8 @@
 - ``patch_model_status``: merge patch on ``models/status``;
 - ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
+- ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
+  cache) when a preemption must know every in-flight report written before it;
 - ``pod_log_tail``: the newest lines of a loading model server's log (``pods/log``), empty when unreadable.
 
 Used by ``flexinfer.kube.reconciler``, ``flexinfer.kube.cleanup`` and ``flexinfer.kube.leader``.
@@ -35,6 +37,7 @@ Body = dict[str, Any]
 FIELD_MANAGER = "flexinfer"
 COMPONENT = "flexinfer-manager"
 ModelResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
+ModelDemandResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
 _KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease}
 
 
@@ -68,6 +71,15 @@ class KubeApi:
             field_manager=FIELD_MANAGER)
         return _plain(result)
 
+    async def list_demands(self, namespace: str) -> list[Body] | None:
+        """Every ``ModelDemand`` in ``namespace``, listed without a resourceVersion (a quorum read);
+        ``None`` when the read fails (logged)."""
+        try:
+            return [_plain(item) async for item in self.client.list(ModelDemandResource, namespace=namespace)]
+        except (ApiError, httpx2.HTTPError, OSError) as error:
+            log.warning("cannot list the proxy reports in %s: %s", namespace, error)
+            return None
+
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Delete an object; ``False`` when it was already gone."""
         try:
@@ -89,13 +101,15 @@ class KubeApi:
         return True
 
     async def post_event(self, model: Body, type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on a Model; failures are logged, never raised."""
+        """Record a core/v1 Event on a Model (or the object ``model`` is: its apiVersion/kind are used when given);
+        failures are logged, never raised."""
         meta = model.get("metadata") or {}
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta.get("name"),
+            "involvedObject": {"apiVersion": model.get("apiVersion") or API_VERSION, "kind": model.get("kind") or KIND,
+                               "name": meta.get("name"),
                                "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                                "resourceVersion": meta.get("resourceVersion")},
             "type": type_, "reason": reason, "message": message[:1024],

@@ -1,12 +1,13 @@
 """Demand and readiness for the in-cluster proxy: the proxy's half of the manager ↔ proxy contract.
 
-The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by merge-patching
-``status.lastActiveTime`` (RFC 3339, UTC, microseconds) on the Model's status subresource; the manager
-reacts to that watch event (scale up, shared-group election) and reports ``status.phase``/``endpoint``.
+The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by writing ``lastActiveTime``
+(RFC 3339, UTC, microseconds) for the Model into this replica's ``ModelDemand`` report
+(``flexinfer.kube.demand_report``; the proxy never writes Models); the manager reacts to that watch event
+(scale up, shared-group election) and reports ``status.phase``/``endpoint`` on the Model.
 
-- ``DemandSignal``: ``signal`` patches now (one patch per activation; concurrent callers join the patch in
-  flight; retriable failures retried); ``keep_alive`` patches in the background at most once per
-  ``throttle`` (60 s) per model, skipped while the cached ``lastActiveTime`` is younger than that.
+- ``DemandSignal``: ``signal`` writes now (one write per activation; concurrent callers join the write in
+  flight; retriable failures retried); ``keep_alive`` writes in the background at most once per
+  ``throttle`` (60 s) per model.
 - ``KubeEngine``: the ``Engine`` port for the proxy's dispatcher. ``start`` = signal demand, then wait on
   the watch cache until Ready with an endpoint, reporting each new loading stage the manager writes
   (``loadingSubstage`` → ``server_start``/``staging``/``health``, so the proxy's activation trace and stage
@@ -25,14 +26,18 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE
 from flexinfer.core.replicas import cold_start_timeout_seconds
-from flexinfer.kube.model_api import KubeApiError, ModelApi
+from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore
 from flexinfer.runtime.ports import Endpoint, StageReporter
+
+if TYPE_CHECKING:
+    from flexinfer.kube.demand_report import DemandReport
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +48,7 @@ WARM_PRIMARY_PREFIX = "primary/"
 """``status.sharedGroup.preemptedBy`` prefix: the model cannot be promoted past a warm primary (fail fast)."""
 KEEP_ALIVE_THROTTLE = 60.0
 CONFLICT_GRACE = 30.0
-"""A failed demand patch still counts when the cached ``lastActiveTime`` is at most this old."""
+"""A failed demand write still counts when this replica's last written ``lastActiveTime`` is at most this old."""
 
 
 def utc_now() -> datetime:
@@ -56,21 +61,23 @@ def rfc3339(moment: datetime) -> str:
 
 
 class DemandSignal:
-    """Writes ``status.lastActiveTime`` (see the module docstring)."""
+    """Writes ``lastActiveTime`` into this replica's demand report (see the module docstring)."""
 
-    def __init__(self, api: ModelApi, store: ModelStore, *, now: Callable[[], datetime] = utc_now,
+    def __init__(self, report: DemandReport, store: ModelStore, *, now: Callable[[], datetime] = utc_now,
                  clock: Callable[[], float] = time.monotonic, throttle: float = KEEP_ALIVE_THROTTLE,
                  attempts: int = 3, retry_delay: float = 0.2) -> None:
-        self._api, self._store, self._now, self._clock = api, store, now, clock
+        self._report, self._store, self._now, self._clock = report, store, now, clock
         self._throttle, self._attempts, self._retry_delay = throttle, attempts, retry_delay
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._last: dict[str, float] = {}
+        self._written: dict[str, datetime] = {}
+        """key → the last ``lastActiveTime`` this replica wrote."""
         self._background: set[asyncio.Task[None]] = set()
         self.patches = 0
-        """Successful status patches (for tests and logs)."""
+        """Successful demand writes (for tests and logs)."""
 
     async def signal(self, model: Model) -> None:
-        """Patch ``lastActiveTime`` now (joining a patch already in flight); ``EngineError`` on failure."""
+        """Write ``lastActiveTime`` now (joining a write already in flight); ``EngineError`` on failure."""
         task = self._in_flight.get(model.key)
         if task is None:
             task = asyncio.create_task(self._patch(model.namespace, model.name), name=f"demand-{model.key}")
@@ -79,7 +86,7 @@ class DemandSignal:
         await asyncio.shield(task)
 
     def keep_alive(self, model: Model) -> None:
-        """Patch in the background unless demand was recorded within the throttle window."""
+        """Write in the background unless this replica recorded demand within the throttle window."""
         if model.key in self._in_flight or not self._due(model):
             return
         self._last[model.key] = self._clock()
@@ -89,11 +96,7 @@ class DemandSignal:
 
     def _due(self, model: Model) -> bool:
         last = self._last.get(model.key)
-        if last is not None and self._clock() - last < self._throttle:
-            return False
-        cached = self._store.get(model.key)
-        stamp = cached.status.last_active_time if cached is not None else None
-        return stamp is None or (self._now() - stamp).total_seconds() >= self._throttle
+        return last is None or self._clock() - last >= self._throttle
 
     async def _quiet_patch(self, model: Model) -> None:
         try:
@@ -106,22 +109,22 @@ class DemandSignal:
         for attempt in range(1, self._attempts + 1):
             moment = self._now()
             try:
-                await self._api.patch_model_status(namespace, name, {"status": {"lastActiveTime": rfc3339(moment)}})
+                await self._report.write(namespace, name, {"lastActiveTime": rfc3339(moment)})
             except KubeApiError as exc:
                 if exc.retriable and attempt < self._attempts:
                     await asyncio.sleep(self._retry_delay * attempt)
                     continue
                 if self._recent(key):
-                    log.info("demand patch for %s failed (%s) but lastActiveTime is fresh", key, exc)
+                    log.info("demand write for %s failed (%s) but lastActiveTime is fresh", key, exc)
                     return
                 raise EngineError(f"cannot signal demand for model {key}: {exc}") from None
             self.patches += 1
             self._last[key] = self._clock()
+            self._written[key] = moment
             return
 
     def _recent(self, key: str) -> bool:
-        cached = self._store.get(key)
-        stamp = cached.status.last_active_time if cached is not None else None
+        stamp = self._written.get(key)
         return stamp is not None and (self._now() - stamp).total_seconds() <= CONFLICT_GRACE
 
     async def aclose(self) -> None:

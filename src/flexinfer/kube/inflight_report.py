@@ -1,19 +1,18 @@
 """The in-cluster proxy's in-flight reports: how the manager knows not to cut a swap's outgoing model off.
 
-While this proxy forwards requests to a model it keeps the Model annotation
-``inflight.flexinfer.ai/<proxy identity>`` set to the RFC 3339 time of its last refresh (the manager's drain
-gate, ``flexinfer.core.model_status_plan``: a preempted model keeps its replica while a report younger than
-30 s exists, bounded by the swap drain timeout). Writes:
+While this proxy forwards requests to a model it keeps ``inFlightAt`` for the model in its ``ModelDemand``
+report (``flexinfer.kube.demand_report``) at the RFC 3339 time of its last refresh (the manager's drain
+gate, ``flexinfer.core.model_status_plan``: a preempted model keeps its replica while a report younger
+than 30 s exists, bounded by the swap drain timeout). Writes:
 
-- ``busy(model)`` before a request is forwarded. With no report of ours on the Model (the first request
-  after an idle period) it is a JSON patch guarded by ``{"op": "test", "path": "/status/phase",
-  "value": "Ready"}``: either the report lands while the model is still Ready (so a swap that preempts it
-  later sees the report and drains), or the API server refuses the patch (422) and ``busy`` returns
-  ``False``: the model is no longer Ready, so the caller must not forward the request (it re-activates).
-  The patch adds one annotation key, or creates the annotations map when the Model has none (guarded by
-  a ``test`` that it is still absent, so concurrent annotations are never overwritten); when the cached
-  shape was wrong the other shape is tried once. With a report of ours already set, a due re-stamp (older
-  than ``refresh``, 10 s) is a plain merge patch: that report already holds the drain;
+- ``busy(model)`` before a request is forwarded. With no report of ours for the model (the first request
+  after an idle period) it writes the report, then reads the Model afresh from the API server: if it is
+  no longer Ready there, the report is withdrawn and ``busy`` returns ``False`` (the caller must not
+  forward the request; it re-activates). The manager, for its part, marks a model Preempted first and
+  then reads the reports afresh, so either the manager sees our report (and drains) or we see the model
+  no longer Ready (and do not forward): a request is never forwarded to a replica the manager is
+  scaling down without a report. With a report of ours already set, a due re-stamp (older than
+  ``refresh``, 10 s) is a plain write: that report already holds the drain;
 - ``refresh(busy_keys)`` from the heartbeat: re-stamps busy models every ``refresh``, removes the report
   of models with nothing in flight;
 - ``idle(model, ready)`` when the last request ends: removed at once if the model is no longer Ready in
@@ -30,42 +29,31 @@ import re
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import Any
 
 from flexinfer.api.model import Model
 from flexinfer.kube.demand import rfc3339, utc_now
+from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.model_api import KubeApiError, ModelApi
 
 log = logging.getLogger(__name__)
 
-INFLIGHT_PREFIX = "inflight.flexinfer.ai/"
+FIELD = "inFlightAt"
 REFRESH_INTERVAL = 10.0
 """Re-stamp period: well inside the manager's 30 s staleness limit."""
 
 
 def proxy_identity(pod_name: str, fallback: str) -> str:
-    """A valid annotation-name suffix (≤ 63 chars of ``[A-Za-z0-9._-]``) for this proxy replica."""
+    """A valid label-value-like name (≤ 63 chars of ``[A-Za-z0-9._-]``) for this proxy replica."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", pod_name.strip() or fallback)[:63].strip("-._")
     return cleaned or "flexinfer-proxy"
-
-
-def guarded_report(annotation: str, stamp: str, *, has_annotations: bool) -> list[dict[str, Any]]:
-    """JSON patch operations: set ``annotation`` to ``stamp`` only while ``status.phase`` is Ready."""
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/status/phase", "value": "Ready"}]
-    if has_annotations:
-        escaped = annotation.replace("~", "~0").replace("/", "~1")
-        return [*ops, {"op": "add", "path": f"/metadata/annotations/{escaped}", "value": stamp}]
-    return [*ops, {"op": "test", "path": "/metadata/annotations", "value": None},
-            {"op": "add", "path": "/metadata/annotations", "value": {annotation: stamp}}]
 
 
 class InflightReporter:
     """Keeps this proxy's in-flight report on the Models it is serving (see the module docstring)."""
 
-    def __init__(self, api: ModelApi, identity: str, *, now: Callable[[], datetime] = utc_now,
+    def __init__(self, report: DemandReport, api: ModelApi, *, now: Callable[[], datetime] = utc_now,
                  clock: Callable[[], float] = time.monotonic, refresh: float = REFRESH_INTERVAL) -> None:
-        self._api, self._now, self._clock, self._refresh = api, now, clock, refresh
-        self.annotation = INFLIGHT_PREFIX + identity
+        self._report, self._api, self._now, self._clock, self._refresh = report, api, now, clock, refresh
         self._written: dict[str, tuple[str, str, float]] = {}
         """key → (namespace, name, monotonic time of our last stamp) for every report we left set."""
         self._background: set[asyncio.Task[None]] = set()
@@ -73,8 +61,8 @@ class InflightReporter:
         self.refusals = 0
 
     async def busy(self, model: Model) -> bool:
-        """Make sure a fresh report exists before a request is forwarded to ``model``; ``False`` when the API
-        server refused the first report because the model is no longer Ready (do not forward)."""
+        """Make sure a fresh report exists before a request is forwarded to ``model``; ``False`` when the
+        model is no longer Ready in the API server once the first report landed (do not forward)."""
         written = self._written.get(model.key)
         if written is None:
             return await self._first_report(model)
@@ -83,23 +71,20 @@ class InflightReporter:
         return True
 
     async def _first_report(self, model: Model) -> bool:
-        stamp, has_map = rfc3339(self._now()), bool(model.metadata.annotations)
-        refusal: KubeApiError | None = None
-        for shape in (has_map, not has_map):
-            try:
-                await self._api.json_patch_model(model.namespace, model.name,
-                                                 guarded_report(self.annotation, stamp, has_annotations=shape))
-            except KubeApiError as exc:
-                if not exc.refused:
-                    log.warning("in-flight report for model %s failed: %s", model.key, exc)
-                    return True
-                refusal = exc
-                continue
-            self.writes += 1
-            self._written[model.key] = (model.namespace, model.name, self._clock())
+        if not await self._patch(model.namespace, model.name, rfc3339(self._now())):
+            return True
+        self._written[model.key] = (model.namespace, model.name, self._clock())
+        try:
+            stored = await self._api.get_model(model.namespace, model.name)
+        except KubeApiError as exc:
+            log.warning("cannot confirm model %s is Ready (%s); forwarding", model.key, exc)
+            return True
+        phase = ((stored or {}).get("status") or {}).get("phase")
+        if phase == "Ready":
             return True
         self.refusals += 1
-        log.info("model %s is no longer Ready in the API server (%s); not forwarding", model.key, refusal)
+        log.info("model %s is no longer Ready in the API server (phase %s); not forwarding", model.key, phase)
+        await self._clear(model.key)
         return False
 
     def idle(self, model: Model, ready: bool) -> None:
@@ -118,9 +103,8 @@ class InflightReporter:
                 await self._stamp(namespace, name)
 
     async def clear_all(self) -> None:
-        """Remove every report (shutdown)."""
-        for key in list(self._written):
-            await self._clear(key)
+        """Forget every report (shutdown: ``DemandReport.delete_all`` then deletes the reports)."""
+        self._written.clear()
 
     async def _stamp(self, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"
@@ -134,7 +118,7 @@ class InflightReporter:
 
     async def _patch(self, namespace: str, name: str, value: str | None) -> bool:
         try:
-            await self._api.patch_model(namespace, name, {"metadata": {"annotations": {self.annotation: value}}})
+            await self._report.write(namespace, name, {FIELD: value})
         except KubeApiError as exc:
             log.warning("in-flight report for model %s/%s failed: %s", namespace, name, exc)
             return False

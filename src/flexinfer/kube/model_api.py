@@ -1,20 +1,20 @@
 """The slice of the Kubernetes API the in-cluster proxy needs, as a small Protocol and its lightkube adapter.
 
-``ModelApi``: list Models (with the list's resourceVersion), watch them from a resourceVersion,
-merge-patch a Model's status subresource (demand) and its metadata (in-flight report heartbeats and
-removals), and JSON-patch a Model (the first in-flight report after idle, guarded by a ``test`` operation;
-a failed ``test`` is a 422, see ``KubeApiError.refused``).
+``ModelApi``: list Models (with the list's resourceVersion), watch them from a resourceVersion, read one
+Model afresh (a quorum read: the in-flight report's check that the model is still Ready), and write this
+proxy replica's own ``ModelDemand`` reports (create, merge patch, JSON patch, delete). The proxy never
+writes Models.
 ``LightkubeModelApi`` implements it over ``lightkube.AsyncClient``; unit tests implement it with an
 in-memory fake for fault injection (410 Gone, conflicts, dropped watches).
 Failures surface as ``KubeApiError`` (``status`` = HTTP code, ``None`` for transport errors);
 ``WatchExpiredError`` (410 Gone) tells the watcher to list again. Used by ``model_watch`` (the cache),
-``demand`` (status patches) and built by ``flexinfer.assembly.run_proxy`` through ``connect`` (with the
-kubeconfig from ``flexinfer.kube.connection.load_kubeconfig``, shared with the manager).
+``demand_report`` (the reports) and built by ``flexinfer.assembly.run_proxy`` through ``connect`` (with
+the kubeconfig from ``flexinfer.kube.connection.load_kubeconfig``, shared with the manager).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,11 +24,15 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from flexinfer.api.model import KIND
+from flexinfer.api.modeldemand import KIND as DEMAND_KIND
+from flexinfer.api.modeldemand import PLURAL as DEMAND_PLURAL
 from flexinfer.core.errors import EngineError
 
 MODEL_GROUP, MODEL_VERSION, MODEL_PLURAL = "ai.flexinfer", "v1alpha2", "models"
 ModelResource = create_namespaced_resource(MODEL_GROUP, MODEL_VERSION, KIND, MODEL_PLURAL)
 """The lightkube class for ``models.ai.flexinfer`` (generic: objects are plain dicts)."""
+DemandResource = create_namespaced_resource(MODEL_GROUP, "v1alpha1", DEMAND_KIND, DEMAND_PLURAL)
+"""The lightkube class for ``modeldemands.ai.flexinfer``."""
 
 
 class KubeApiError(EngineError):
@@ -79,12 +83,20 @@ class ModelApi(Protocol):
 
     def watch_models(self, namespace: str | None, resource_version: str) -> AsyncIterator[WatchEvent]: ...
 
-    async def patch_model_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+    async def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Model as stored now (``None`` when absent)."""
 
-    async def patch_model(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+    async def create_demand(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create a ``ModelDemand`` (409 when it exists)."""
 
-    async def json_patch_model(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
-        """RFC 6902 JSON patch of the Model (all operations or none; a failed ``test`` raises 422)."""
+    async def patch_demand(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch a ``ModelDemand`` (404 when absent)."""
+
+    async def replace_demand_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+        """Replace a ``ModelDemand``'s whole ``spec`` (a JSON patch; 404 when absent)."""
+
+    async def delete_demand(self, namespace: str, name: str) -> None:
+        """Delete a ``ModelDemand`` (404 when absent)."""
 
 
 class LightkubeModelApi:
@@ -115,25 +127,40 @@ class LightkubeModelApi:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    async def patch_model_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    async def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            await self._client.patch(ModelResource.Status, name, dict(patch), namespace=namespace,
+            return _plain(await self._client.get(ModelResource, name, namespace=namespace))
+        except httpx2.HTTPError as exc:
+            error = _api_error(f"get model {namespace}/{name}", exc)
+            if error.status == 404:
+                return None
+            raise error from None
+
+    async def create_demand(self, namespace: str, body: Mapping[str, Any]) -> None:
+        try:
+            await self._client.create(DemandResource.from_dict(dict(body)))
+        except httpx2.HTTPError as exc:
+            raise _api_error(f"create modeldemand in {namespace}", exc) from None
+
+    async def patch_demand(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        try:
+            await self._client.patch(DemandResource, name, dict(patch), namespace=namespace,
                                      patch_type=PatchType.MERGE)
         except httpx2.HTTPError as exc:
-            raise _api_error(f"patch status of model {namespace}/{name}", exc) from None
+            raise _api_error(f"patch modeldemand {namespace}/{name}", exc) from None
 
-    async def patch_model(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    async def replace_demand_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
         try:
-            await self._client.patch(ModelResource, name, dict(patch), namespace=namespace, patch_type=PatchType.MERGE)
+            await self._client.patch(DemandResource, name, [{"op": "add", "path": "/spec", "value": dict(spec)}],
+                                     namespace=namespace, patch_type=PatchType.JSON)
         except httpx2.HTTPError as exc:
-            raise _api_error(f"patch model {namespace}/{name}", exc) from None
+            raise _api_error(f"replace modeldemand {namespace}/{name}", exc) from None
 
-    async def json_patch_model(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+    async def delete_demand(self, namespace: str, name: str) -> None:
         try:
-            await self._client.patch(ModelResource, name, [dict(op) for op in operations], namespace=namespace,
-                                     patch_type=PatchType.JSON)
+            await self._client.delete(DemandResource, name, namespace=namespace)
         except httpx2.HTTPError as exc:
-            raise _api_error(f"JSON-patch model {namespace}/{name}", exc) from None
+            raise _api_error(f"delete modeldemand {namespace}/{name}", exc) from None
 
     async def aclose(self) -> None:
         await self._client.close()

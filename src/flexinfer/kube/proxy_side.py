@@ -6,11 +6,12 @@ the per-model request queue, the cold-start budget and in-flight accounting. ``D
 the watch cache into it: spec changes redeclare the model set, and a model that leaves Ready in the cluster
 (preempted, scaled down, deleted) is marked stopped so the next request activates it again.
 ``DemandActivator`` wraps the dispatcher's ``Activator``: it reports in-flight requests to the manager
-(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the API
-server refuses the first report (the model left Ready before our watch saw it) the request is not forwarded
-but waits for the model to be activated again. Requests that wait for an activation are counted by the
-``WaitMarker`` (``flexinfer.kube.wait_marker``), which publishes the oldest wait for the manager's
-starvation bound.
+(``inflight_report``, the swap drain gate) and keeps demand alive while requests are served; when the first
+report is refused (the API server has the model no longer Ready although our watch still does) the request
+is not forwarded but waits for the model to be activated again. Everything the proxy tells the manager
+goes into this replica's ``ModelDemand`` reports (``demand_report``); it never writes Models. Requests that
+wait for an activation are counted by the ``WaitMarker`` (``flexinfer.kube.wait_marker``), which
+publishes the oldest wait for the manager's starvation bound.
 ``ClusterSide`` builds and runs all of it; ``flexinfer.assembly.run_proxy`` is its only production caller.
 """
 
@@ -27,13 +28,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flexinfer.api.base import ObjectMeta
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model, ServerlessSpec
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
-from flexinfer.core.envvalues import EnvVar, bool_word
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy
 from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
+from flexinfer.kube.demand_report import DemandReport, PodOwner
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
 from flexinfer.kube.model_api import ModelApi
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
@@ -65,25 +68,32 @@ class ClusterProxySettings:
     """This replica's name in in-flight reports (``POD_NAME``)."""
     cold_start_timeout: float = 60.0
     queue_limit: int = 100
+    pod_namespace: str = ""
+    """The proxy pod's own namespace (``POD_NAMESPACE``), also in all-namespaces mode."""
+    pod_uid: str = ""
+    """The proxy pod's UID (``POD_UID``): its reports in ``pod_namespace`` are owned by the pod, so the
+    garbage collector deletes them with it; empty = no owner reference."""
 
 
 def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float = 60.0,
                            queue_limit: int = 100) -> ClusterProxySettings:
     """``POD_NAMESPACE`` (default ``default``, with a warning), ``FLEXINFER_PROXY_ALL_NAMESPACES`` and the
     test-only ``FLEXINFER_PROXY_ENDPOINT_OVERRIDE`` (both default false), ``POD_NAME`` (the identity in
-    in-flight reports; hostname and pid when unset)."""
-    namespace = env.get("POD_NAMESPACE", "").strip()
+    in-flight reports; hostname and pid when unset). Both flags guard access (which Models are served, where
+    traffic goes): an unparsable value is a ``ConfigError`` naming it."""
+    read = EnvReader(env)
+    namespace = read.text("POD_NAMESPACE")
     if not namespace:
         log.warning("POD_NAMESPACE is not set; watching Models in namespace 'default'")
         namespace = "default"
-    all_namespaces = bool_word(env.get("FLEXINFER_PROXY_ALL_NAMESPACES"), False)
-    override = bool_word(env.get("FLEXINFER_PROXY_ENDPOINT_OVERRIDE"), False)
+    all_namespaces = read.flag("FLEXINFER_PROXY_ALL_NAMESPACES", False, Policy.GUARD)
+    override = read.flag("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", False, Policy.GUARD)
     if override:
         log.warning("FLEXINFER_PROXY_ENDPOINT_OVERRIDE is on: the flexinfer.ai/endpoint-override annotation "
                     "redirects traffic. This is for tests only; never enable it in production.")
     identity = proxy_identity(env.get("POD_NAME", ""), f"{socket.gethostname()}-{os.getpid()}")
     return ClusterProxySettings(None if all_namespaces else namespace, override, identity, cold_start_timeout,
-                                queue_limit)
+                                queue_limit, pod_namespace=namespace, pod_uid=env.get("POD_UID", "").strip())
 
 
 def dispatch_model(model: Model) -> Model:
@@ -192,10 +202,9 @@ def _then(first: Callable[[str], None], second: Callable[[str], None] | None) ->
 class DemandActivator:
     """An ``Activator`` that reports in-flight requests and keeps demand alive for the models it serves."""
 
-    def __init__(self, inner: Activator, store: ModelStore, *, lookup: Callable[[str], Model | None],
-                 demand: DemandSignal, reporter: InflightReporter, override: bool = False,
-                 marker: WaitMarker | None = None) -> None:
-        self._inner, self._store, self._lookup, self._override = inner, store, lookup, override
+    def __init__(self, inner: Activator, store: ModelStore, *, demand: DemandSignal, reporter: InflightReporter,
+                 override: bool = False, marker: WaitMarker | None = None) -> None:
+        self._inner, self._store, self._override = inner, store, override
         self._demand, self._reporter, self._marker = demand, reporter, marker
         self.before: Callable[[], None] = lambda: None
         """Called before each admission (``DispatcherSync.flush``)."""
@@ -203,18 +212,19 @@ class DemandActivator:
         """Called with a model whose grant disagreed with the cluster (``DispatcherSync.forget_endpoint``)."""
         self.in_flight: dict[str, int] = {}
 
-    async def acquire(self, model: str, timeout: float | None = None,
+    async def acquire(self, model: ModelKey, timeout: float | None = None,
                       on_wait: Callable[[str], None] | None = None) -> Grant:
         """Admit, then report before forwarding; a refused first report (the model left Ready in the API
         server) releases the grant and waits for the model to be activated again (see ``_refused``). A wait
-        for an activation is counted by the wait marker until this call returns or raises."""
-        ticket = WaitTicket(self._marker, lambda: self._lookup(model))
+        for an activation is counted by the wait marker until this call returns or raises. ``model`` is the
+        key the catalog resolved; the Model is read from the watch cache by that key, never by name."""
+        ticket = WaitTicket(self._marker, lambda: self._store.get(model))
         try:
             return await self._acquire(model, timeout, _once(on_wait), ticket)
         finally:
             ticket.end()
 
-    async def _acquire(self, model: str, timeout: float | None, on_wait: Callable[[str], None] | None,
+    async def _acquire(self, model: ModelKey, timeout: float | None, on_wait: Callable[[str], None] | None,
                        ticket: WaitTicket) -> Grant:
         deadline = None if timeout is None else time.monotonic() + timeout
         waiting = _then(ticket.begin, on_wait)
@@ -232,17 +242,17 @@ class DemandActivator:
             grant.release()
             await self._refused(found, grant, deadline)
 
-    async def _admit(self, model: str, timeout: float | None,
+    async def _admit(self, model: ModelKey, timeout: float | None,
                      on_wait: Callable[[str], None] | None) -> tuple[Grant, Model | None]:
         self.before()
         grant = await self._inner.acquire(model, timeout, on_wait)
-        found = self._lookup(grant.model)
+        found = self._store.get(grant.model)
         if found is not None and not self._current(found, grant):
             log.info("model %s: dispatcher endpoint is stale; activating again", found.key)
             grant.release()
             self.stale(found)
             grant = await self._inner.acquire(model, timeout, on_wait)
-            found = self._lookup(grant.model)
+            found = self._store.get(grant.model)
         return grant, found
 
     async def _refused(self, seen: Model, grant: Grant, deadline: float | None) -> None:
@@ -316,15 +326,16 @@ class ClusterSide:
         self.store = ModelStore()
         self.watcher = ModelWatcher(api, self.store, settings.namespace)
         self.catalog = WatchCatalog(self.store)
-        self.demand = DemandSignal(api, self.store)
+        owner = PodOwner(settings.pod_namespace, settings.identity, settings.pod_uid) if settings.pod_uid else None
+        self.report = DemandReport(api, settings.identity, owner=owner)
+        self.demand = DemandSignal(self.report, self.store)
         self.engine = KubeEngine(self.store, self.demand, endpoint_override=settings.endpoint_override,
                                  cold_start_timeout=settings.cold_start_timeout)
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
-        self.reporter = InflightReporter(api, settings.identity)
-        self.marker = WaitMarker(api, self.store)
-        self.activator = DemandActivator(self.dispatcher, self.store, lookup=self.catalog.model, demand=self.demand,
-                                         reporter=self.reporter, override=settings.endpoint_override,
-                                         marker=self.marker)
+        self.reporter = InflightReporter(self.report, api)
+        self.marker = WaitMarker(self.report, self.store)
+        self.activator = DemandActivator(self.dispatcher, self.store, demand=self.demand, reporter=self.reporter,
+                                         override=settings.endpoint_override, marker=self.marker)
         self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override,
                                    left_ready=self.activator.left_ready)
         self.activator.before, self.activator.stale = self.sync.flush, self.sync.forget_endpoint
@@ -334,7 +345,8 @@ class ClusterSide:
         """Start the watch, the dispatcher and the heartbeat; return once the first list is in the cache."""
         self.dispatcher.start()
         self._tasks = [asyncio.create_task(self.watcher.run(), name="flexinfer-model-watch"),
-                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat")]
+                       asyncio.create_task(self.activator.heartbeat(), name="flexinfer-demand-heartbeat"),
+                       asyncio.create_task(self.report.run(), name="flexinfer-demand-renew")]
         try:
             async with asyncio.timeout(sync_timeout):
                 await self.store.synced.wait()
@@ -345,7 +357,7 @@ class ClusterSide:
                               f"{self.watcher.last_error or 'no answer from the API server'}") from None
 
     async def close(self) -> None:
-        """Reject waiting requests, stop the dispatcher, the watch and background patches."""
+        """Reject waiting requests, stop the dispatcher, the watch and background writes; delete the reports."""
         await self.dispatcher.shutdown(drain_timeout=0.0)
         for task in self._tasks:
             task.cancel()
@@ -356,15 +368,19 @@ class ClusterSide:
         await self.reporter.clear_all()
         await self.demand.aclose()
         await self.marker.aclose()
+        await self.report.delete_all()
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
-    EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false", "Serve Models of every namespace (names must be unique)."),
-    EnvVar("POD_NAME", "hostname-pid", "This replica's name in in-flight reports."),
+    EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false",
+           "Serve Models of every namespace (a name used in several is addressed as `namespace/name`).",
+           Kind.BOOL, Policy.GUARD),
+    EnvVar("POD_NAME", "hostname-pid", "This replica's name: its ModelDemand reports are named after it."),
+    EnvVar("POD_UID", "unset", "This pod's UID: its ModelDemand in its own namespace is deleted with the pod."),
     EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
     EnvVar("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", "false",
-           "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),
+           "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint.",
+           Kind.BOOL, Policy.GUARD),
 )
 """The environment ``cluster_proxy_settings`` reads (for ``flexinfer settings`` and the docs)."""
-

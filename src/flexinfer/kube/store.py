@@ -1,9 +1,13 @@
 """The manager's in-memory view of the cluster: the latest body of every watched object.
 
+Includes the proxies' ``ModelDemand`` reports: a changed report affects the units of the Models it names.
+
 Fed by the kopf event handlers (``flexinfer.kube.operator``) and by the reconciler's own write responses
 (so a reconcile right after a write never acts on the older body); bodies carrying an older
 ``resourceVersion`` than the stored one are ignored. Each update returns the reconcile ``Unit``s it
-affects. Reconciles read only from here: no API read per reconcile.
+affects. Reconciles read only from here: no API read per reconcile. Models and ModelCaches are parsed with
+``parse_stored``: a quantity or duration stored before the CRD's pattern existed is ignored (and listed in
+``ignored`` for the reconciler to report) instead of discarding the whole object.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flexinfer.api.errors import InvalidResourceError
+from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
-from flexinfer.api.loading import parse_resource
+from flexinfer.api.loading import parse_stored
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.flashloader_settings import cache_matches_model
 
 Body = dict[str, Any]
@@ -40,11 +45,13 @@ class Unit:
 
 @dataclass(frozen=True)
 class Parsed:
-    """A Model body validated once per resourceVersion: the typed Model or the validation error."""
+    """A Model body validated once per resourceVersion: the typed Model or the validation error, and the
+    fields ignored because their stored value cannot be parsed."""
 
     body: Body
     model: Model | None
     error: InvalidResourceError | None
+    ignored: tuple[FieldProblem, ...] = ()
 
 
 def key_of(body: Body) -> Key:
@@ -71,14 +78,16 @@ def unit_of(body: Body) -> Unit:
 
 def _parse(body: Body) -> Parsed:
     try:
-        resource = parse_resource(body)
+        stored = parse_stored(body)
     except InvalidResourceError as error:
         return Parsed(body, None, error)
-    return Parsed(body, resource if isinstance(resource, Model) else None, None)
+    model = stored.resource if isinstance(stored.resource, Model) else None
+    return Parsed(body, model, None, stored.ignored)
 
 
 class Store:
-    """Latest bodies of Models, Deployments, Pods, ModelCaches and GPULeases (see the module docstring)."""
+    """Latest bodies of Models, Deployments, Pods, ModelCaches, GPULeases and ModelDemands (see the module
+    docstring)."""
 
     def __init__(self) -> None:
         self._models: dict[Key, Parsed] = {}
@@ -88,6 +97,7 @@ class Store:
         self._pods: dict[Key, dict[str, Body]] = defaultdict(dict)
         self._caches: dict[Key, Body] = {}
         self._leases: dict[Key, Body] = {}
+        self._demands: dict[Key, ModelDemand] = {}
 
     # ---------------------------------------------------------------- updates
 
@@ -177,11 +187,8 @@ class Store:
         return self._cache_units(body)
 
     def _cache_units(self, body: Body) -> list[Unit]:
-        try:
-            cache = parse_resource(body)
-        except InvalidResourceError:
-            return []
-        if not isinstance(cache, ModelCache):
+        cache = _typed(body, ModelCache)
+        if cache is None:
             return []
         return sorted({unit_of(p.body) for p in self._models.values()
                        if p.model is not None and p.model.namespace == cache.namespace
@@ -197,7 +204,32 @@ class Store:
         group = str((body.get("spec") or {}).get("group") or "")
         return [Unit(key_of(body)[0], group, True)] if group else []
 
+    def _put_modeldemand(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        old = self._demands.pop(key, None)
+        new = _typed(body, ModelDemand)
+        if new is not None:
+            self._demands[key] = new
+        return self._demand_units(key[0], old, new)
+
+    def _remove_modeldemand(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        return self._demand_units(key[0], self._demands.pop(key, None), None)
+
+    def _demand_units(self, namespace: str, old: ModelDemand | None, new: ModelDemand | None) -> list[Unit]:
+        """Units of the Models whose report changed between ``old`` and ``new``."""
+        before = old.spec.models if old is not None else {}
+        after = new.spec.models if new is not None else {}
+        renewed = old is None or new is None or old.spec.renew_time != new.spec.renew_time
+        live = {n for n, r in (*before.items(), *after.items()) if r.waiting_since or r.in_flight_at}
+        names = {n for n in {*before, *after} if before.get(n) != after.get(n) or (renewed and n in live)}
+        return sorted({u for n in names for u in self._model_units(namespace, n)})
+
     # ---------------------------------------------------------------- reads
+
+    def demands(self, namespace: str) -> list[ModelDemand]:
+        """The proxies' ``ModelDemand`` reports in ``namespace``."""
+        return [d for k, d in self._demands.items() if k[0] == namespace]
 
     def unit_models(self, unit: Unit) -> list[Parsed]:
         """The Models of a unit (a group's members by name), deleted-but-finalizing ones included."""
@@ -226,6 +258,20 @@ class Store:
         return [c for c in (_typed(b, ModelCache) for k, b in self._caches.items() if k[0] == namespace)
                 if c is not None]
 
+    def cache_problems(self, namespace: str) -> list[tuple[Body, ModelCache, tuple[FieldProblem, ...]]]:
+        """The ModelCaches of ``namespace`` that had fields ignored: (body, typed cache, ignored fields)."""
+        found = []
+        for key, body in self._caches.items():
+            if key[0] != namespace:
+                continue
+            try:
+                stored = parse_stored(body)
+            except InvalidResourceError:
+                continue
+            if stored.ignored and isinstance(stored.resource, ModelCache):
+                found.append((body, stored.resource, stored.ignored))
+        return found
+
     def leases(self, namespace: str) -> list[GPULease]:
         return [x for x in (_typed(b, GPULease) for k, b in self._leases.items() if k[0] == namespace)
                 if x is not None]
@@ -247,8 +293,9 @@ def _slim(body: Body) -> Body:
 
 
 def _typed(body: Body, cls: type[T]) -> T | None:
+    """The object as ``cls`` (unparsable quantities/durations ignored), or ``None`` when it is invalid."""
     try:
-        resource = parse_resource(body)
+        resource = parse_stored(body).resource
     except InvalidResourceError:
         return None
     return resource if isinstance(resource, cls) else None

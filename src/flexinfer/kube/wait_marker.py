@@ -1,25 +1,19 @@
 """The in-cluster proxy's wait marker: its half of the starvation-bound contract with the manager.
 
 While requests for a model wait for it (the dispatcher called ``on_wait``: the model is being activated),
-this proxy keeps the Model annotation ``flexinfer.ai/waiting-since``
-(``flexinfer.core.election.WAITING_SINCE_ANNOTATION``) at the RFC 3339 start of the oldest wait of the
-current waiting period; the manager reads it into the election's starvation bound
-(``ElectionPolicy.max_wait``). Writes are merge patches of the main resource, one per change, never one
-per request:
+this proxy replica keeps ``waitingSince`` for the model in its ``ModelDemand`` report
+(``flexinfer.kube.demand_report``) at the RFC 3339 start of the current waiting period; the manager takes
+the oldest value of the live replicas (plus a ``flexinfer.ai/waiting-since`` annotation a pre-ModelDemand
+proxy left on the Model) into the election's starvation bound (``ElectionPolicy.max_wait``). Each replica
+writes only its own report, so replicas never race; one write per change, never one per request:
 
-- write when a waiting period starts (first waiting request) and the cached Model carries no marker, or a
-  newer one than ours. Several proxy replicas therefore converge on the oldest start. It is read-then-write
-  on the watch cache: two replicas starting together may both write and the newer value may land last;
-  the replica holding the older start sees that value arrive and writes its own again;
-- clear (merge ``null``) when the cached Model is Ready (any replica that sees a Ready model with a marker
-  clears it, so a marker left behind by a crashed replica costs at most one extra swap), or when this
-  replica has no waiting request left and the marker is the value it wrote. A replica still waiting whose
-  marker another replica cleared writes its own again.
+- write when a waiting period starts (the first waiting request of this replica);
+- clear (``null``) when the cached Model is Ready or deleted, or when this replica has no waiting request
+  left.
 
 The period keeps its start while any request waits, even after the oldest one has timed out or been
-cancelled. After each write nothing more is written for that model until the watch shows the written
-value (at most ``PENDING_TIMEOUT``); one task per model sends the patches, so a clear never overtakes the
-write before it. Failures are logged and never fail a request. Built by ``flexinfer.kube.proxy_side``
+cancelled. One task per model sends the writes, so a clear never overtakes the write before it.
+Failures are logged and never fail a request. Built by ``flexinfer.kube.proxy_side``
 (``DemandActivator`` opens a ``WaitTicket`` per request).
 """
 
@@ -28,43 +22,43 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime
 
 from flexinfer.api.model import Model
-from flexinfer.core.election import WAITING_SINCE_ANNOTATION, waiting_since_of
 from flexinfer.kube.demand import rfc3339, utc_now
-from flexinfer.kube.model_api import KubeApiError, ModelApi
+from flexinfer.kube.demand_report import DemandReport
+from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore
 
 log = logging.getLogger(__name__)
 
-PENDING_TIMEOUT = 30.0
-"""How long a written value may stay invisible in the watch cache before the marker is decided again."""
-
-Step = tuple[Model, str | None]
-"""One patch to send: the Model and the marker value (``None`` = clear)."""
+FIELD = "waitingSince"
+Step = tuple[str, str, str | None]
+"""One write to send: the Model's namespace and name and the marker value (``None`` = clear)."""
 
 
 class WaitMarker:
     """See the module docstring. ``begin``/``end`` bracket one waiting request."""
 
-    def __init__(self, api: ModelApi, store: ModelStore, *, now: Callable[[], datetime] = utc_now,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._api, self._store, self._now, self._clock = api, store, now, clock
+    def __init__(self, report: DemandReport, store: ModelStore, *,
+                 now: Callable[[], datetime] = utc_now) -> None:
+        self._report, self._store, self._now = report, store, now
         self._waits: dict[str, dict[int, datetime]] = {}
+        self._periods: dict[str, datetime] = {}
+        """key → start of the current waiting period (while any request waits)."""
         self._written: dict[str, str] = {}
-        self._pending: dict[str, tuple[str | None, float]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._tokens = itertools.count()
         self.patches: list[tuple[str, str | None]] = []
-        """Every marker patch sent, as (model key, value) (for tests and logs)."""
+        """Every marker write sent, as (model key, value) (for tests and logs)."""
         store.subscribe(self._changed)
 
     def begin(self, key: str) -> int:
         token = next(self._tokens)
-        self._waits.setdefault(key, {})[token] = self._now()
+        moment = self._now()
+        self._waits.setdefault(key, {})[token] = moment
+        self._periods.setdefault(key, moment)
         self._kick(key)
         return token
 
@@ -73,6 +67,7 @@ class WaitMarker:
         waits.pop(token, None)
         if not waits:
             self._waits.pop(key, None)
+            self._periods.pop(key, None)
         self._kick(key)
 
     def waiting(self, key: str) -> int:
@@ -80,13 +75,9 @@ class WaitMarker:
         return len(self._waits.get(key, {}))
 
     def _changed(self, old: Model | None, new: Model | None) -> None:
-        if new is None:
-            key = old.key if old is not None else ""
-            self._written.pop(key, None)
-            self._pending.pop(key, None)
-            return
-        if new.key in self._waits or new.key in self._pending or WAITING_SINCE_ANNOTATION in new.metadata.annotations:
-            self._kick(new.key)
+        current = new if new is not None else old
+        if current is not None and (current.key in self._waits or current.key in self._written):
+            self._kick(current.key)
 
     def _kick(self, key: str) -> None:
         if key not in self._workers:
@@ -101,13 +92,10 @@ class WaitMarker:
 
     async def _send(self, key: str) -> None:
         while (step := self._next(key)) is not None:
-            model, value = step
-            self._pending[key] = (value, self._clock())
+            namespace, name, value = step
             try:
-                await self._api.patch_model(model.namespace, model.name,
-                                            {"metadata": {"annotations": {WAITING_SINCE_ANNOTATION: value}}})
+                await self._report.write(namespace, name, {FIELD: value})
             except KubeApiError as exc:
-                self._pending.pop(key, None)
                 log.warning("cannot %s the wait marker of model %s: %s", "clear" if value is None else "write",
                             key, exc)
                 return
@@ -118,25 +106,17 @@ class WaitMarker:
                 self._written[key] = value
 
     def _next(self, key: str) -> Step | None:
-        """The patch the cached Model needs now, if any (see the module docstring)."""
+        """The write this replica's report needs now, if any (see the module docstring)."""
         model = self._store.get(key)
-        if model is None:
+        start = self._periods.get(key)
+        wanted = None if start is None or model is None or model.status.phase == "Ready" else rfc3339(start)
+        if wanted == self._written.get(key):
             return None
-        raw = model.metadata.annotations.get(WAITING_SINCE_ANNOTATION)
-        pending = self._pending.get(key)
-        if pending is not None:
-            if pending[0] != raw and self._clock() - pending[1] < PENDING_TIMEOUT:
-                return None
-            del self._pending[key]
-        waits, ready = self._waits.get(key), model.status.phase == "Ready"
-        if ready or not waits:
-            return (model, None) if raw is not None and (ready or self._written.get(key) == raw) else None
-        oldest = min(waits.values())
-        cached = waiting_since_of(model)
-        return None if cached is not None and cached <= oldest else (model, rfc3339(oldest))
+        namespace, _, name = key.partition("/")
+        return namespace, name, wanted
 
     async def aclose(self) -> None:
-        """Cancel patches still to be sent (a marker left behind is cleared when the model is next Ready)."""
+        """Cancel writes still to be sent (the report is deleted at shutdown)."""
         tasks = list(self._workers.values())
         for task in tasks:
             task.cancel()

@@ -4,12 +4,14 @@ Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_loc
 
 - ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
   endpoint, last_swap_age, draining, pid}]}``
-- ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...]}`` (the server's captured output)
+- ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...], "started": bool}`` (the server's captured
+  output; ``started`` is false when the model has not run since ``serve`` started)
 - ``POST /admin/models/{model}/load[?wait=true]`` / ``POST /admin/models/{model}/unload`` →
   ``{"model": key, "phase": ...}``
 
-``{model}`` is a name, alias or ``namespace/name``. Errors use the OpenAI error envelope (unknown model →
-404). When a token is given, every route needs ``Authorization: Bearer <token>``.
+``{model}`` is a name, alias or ``namespace/name`` (resolved once, by the catalog, to the model key). Errors
+use the OpenAI error envelope (unknown model → 404, a name several namespaces use → 409). When a token is
+given, every route needs ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from typing import Protocol
 
 from aiohttp import web
 
-from flexinfer.core.errors import BadRequestError, ModelNotFoundError, RequestError, UnauthorizedError
+from flexinfer.api.key import ModelKey
+from flexinfer.core.errors import (
+    BadRequestError,
+    ModelNotFoundError,
+    RequestError,
+    UnauthorizedError,
+    echo_safe,
+)
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.logs import LogStore
 from flexinfer.runtime.dispatcher import ModelState
@@ -33,8 +42,8 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def error_body(error: RequestError) -> dict[str, object]:
-    """The OpenAI error envelope for ``error``."""
-    return {"error": {"message": str(error), "type": error.type, "param": error.param, "code": error.code}}
+    """The OpenAI error envelope for ``error`` (its message bounded and escaped: it echoes the model asked for)."""
+    return {"error": {"message": echo_safe(str(error)), "type": error.type, "param": error.param, "code": error.code}}
 
 
 def guarded(handler: Handler) -> Handler:
@@ -55,9 +64,9 @@ class Control(Protocol):
 
     def snapshot(self) -> list[ModelState]: ...
 
-    async def preload(self, model: str, wait: bool = False, timeout: float | None = None) -> str: ...
+    async def preload(self, model: ModelKey, wait: bool = False, timeout: float | None = None) -> str: ...
 
-    async def unload(self, model: str) -> None: ...
+    async def unload(self, model: ModelKey) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,7 @@ class AdminApi:
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             raise UnauthorizedError("Invalid or missing bearer token")
 
-    def _key(self, request: web.Request) -> str:
+    def _key(self, request: web.Request) -> ModelKey:
         name = request.match_info["model"]
         key = self.catalog.key(name)
         if key is None:
@@ -110,7 +119,8 @@ class AdminApi:
         tail = request.query.get("tail", str(DEFAULT_TAIL))
         if not tail.isdigit() or int(tail) > MAX_TAIL:
             raise BadRequestError(f"tail must be an integer between 0 and {MAX_TAIL}", param="tail")
-        return web.json_response({"model": key, "lines": self.logs.tail(key, int(tail)) or []})
+        lines = self.logs.tail(key, int(tail))
+        return web.json_response({"model": key, "lines": lines or [], "started": lines is not None})
 
     async def load(self, request: web.Request) -> web.Response:
         self._check(request)

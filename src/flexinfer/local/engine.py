@@ -234,7 +234,7 @@ class LocalEngine:
         else:
             return exc
         tail = "\n".join(process.output.tail(ERROR_TAIL_LINES))
-        return EngineError(f"model {model.key}: {what}; last output (more: flexinfer logs {model.name}):\n{tail}")
+        return EngineError(f"model {model.key}: {what}; last output (more: flexinfer logs {model.key}):\n{tail}")
 
     async def _watch(self, server: _Server) -> None:
         """Report a Ready server that exits on its own, and clean up after it."""

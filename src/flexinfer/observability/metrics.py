@@ -7,10 +7,12 @@
 - ``ProxyMetrics``: the proxy metrics of spec §4.3 that FlexInfer keeps; satisfies
   ``flexinfer.proxy.hooks.ProxyMetrics``.
 
-Label bounds: ``model`` values come only from declared Models. ``LifecycleMetrics`` is only ever given
-Model objects; ``ProxyMetrics`` labels a name only after ``declare_models`` and counts anything else under
-``model=""`` (an unknown or missing model). ``stage``, ``phase``, ``state``, ``status``, ``outcome`` take
-values from fixed sets; others are dropped. Built by ``flexinfer.assembly``.
+Label bounds: ``model`` values come only from declared Models, always with their ``namespace`` label (a name
+used in several namespaces stays two series). ``LifecycleMetrics`` is only ever given Model objects;
+``ProxyMetrics`` is given model keys (``namespace/name``), labels a key only after ``declare_models`` and
+counts anything else under ``model="", namespace=""`` (an unknown, ambiguous or missing model). ``stage``,
+``phase``, ``state``, ``status``, ``outcome`` take values from fixed sets; others are dropped. Built by
+``flexinfer.assembly``.
 
 Series exist before their first event: declaring a model (``LifecycleMetrics.declared``,
 ``ProxyMetrics.declare_models``) creates every counter and histogram series of it at zero, for every value
@@ -45,7 +47,8 @@ REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180
 TRANSITION_REASON = "reconcile"
 GROUP_STATES = ("Active", "Queued", "Preempted")
 UNKNOWN_MODEL = ""
-"""The ``model`` label value for requests whose model is unknown or undeclared."""
+"""The model key (and so the ``model`` and ``namespace`` label values) of requests whose model is unknown or
+undeclared."""
 
 
 class _SeriesBook:
@@ -223,32 +226,34 @@ RATE_LIMIT_SCOPES = ("model", "global")
 
 
 class ProxyMetrics:
-    """The proxy's metrics (``flexinfer_proxy_*``); see ``flexinfer.proxy.hooks.ProxyMetrics``."""
+    """The proxy's metrics (``flexinfer_proxy_*``); see ``flexinfer.proxy.hooks.ProxyMetrics``. Calls take a
+    model key (``namespace/name``), labelled as ``model`` and ``namespace``."""
 
     def __init__(self, registry: CollectorRegistry, models: Iterable[str] = ()) -> None:
         self.registry = registry
         self._declared: set[str] = set()
         self._book = _SeriesBook()
+        per_model = ["model", "namespace"]
         self._requests = Counter("flexinfer_proxy_requests_total", "Proxied requests by final status.",
-                                 ["model", "status"], registry=registry)
+                                 [*per_model, "status"], registry=registry)
         self._duration = Histogram("flexinfer_proxy_request_duration_seconds", "Proxied request duration.",
-                                   ["model"], buckets=REQUEST_BUCKETS, registry=registry)
+                                   per_model, buckets=REQUEST_BUCKETS, registry=registry)
         self._depth = Gauge("flexinfer_proxy_queue_depth",
                             "Requests waiting for their model (an activation or a per-model concurrency slot).",
-                            ["model"], registry=registry)
+                            per_model, registry=registry)
         self._wait = Histogram("flexinfer_proxy_queue_wait_duration_seconds", "Time a request waited for its model.",
-                               ["model"], buckets=QUEUE_WAIT_BUCKETS, registry=registry)
+                               per_model, buckets=QUEUE_WAIT_BUCKETS, registry=registry)
         self._queued = Counter("flexinfer_proxy_queued_requests_total", "Requests that had to wait.",
-                               ["model"], registry=registry)
+                               per_model, registry=registry)
         self._rejected = Counter("flexinfer_proxy_queue_rejected_total", "Requests rejected by a full queue.",
-                                 ["model"], registry=registry)
+                                 per_model, registry=registry)
         self._activation = Histogram("flexinfer_proxy_activation_duration_seconds",
                                      "Time a waiting request spent until its model was Ready (or it gave up).",
-                                     ["model", "result"], buckets=ACTIVATION_BUCKETS, registry=registry)
+                                     [*per_model, "result"], buckets=ACTIVATION_BUCKETS, registry=registry)
         self._connections = Gauge("flexinfer_proxy_active_connections", "Requests being forwarded.",
-                                  ["model"], registry=registry)
+                                  per_model, registry=registry)
         self._rate_limited = Counter("flexinfer_proxy_rate_limited_total", "Requests refused by a rate limit.",
-                                     ["model", "scope"], registry=registry)
+                                     [*per_model, "scope"], registry=registry)
         self._shutdowns = Counter("flexinfer_proxy_shutdowns_total", "Proxy shutdowns by result.",
                                   ["result"], registry=registry)
         self._shutdown_duration = Histogram("flexinfer_proxy_shutdown_duration_seconds",
@@ -257,32 +262,33 @@ class ProxyMetrics:
         self._zero_series(UNKNOWN_MODEL)
         self.declare_models(models)
 
-    def declare_models(self, names: Iterable[str]) -> None:
-        """Set the declared model names: new ones get zero series, dropped ones lose all their series."""
-        wanted = set(names) - {UNKNOWN_MODEL}
+    def declare_models(self, keys: Iterable[str]) -> None:
+        """Set the declared model keys: new ones get zero series, dropped ones lose all their series."""
+        wanted = set(keys) - {UNKNOWN_MODEL}
         for gone in self._declared - wanted:
             self._book.forget(gone)
-        for name in sorted(wanted - self._declared):
-            self._zero_series(name)
+        for key in sorted(wanted - self._declared):
+            self._zero_series(key)
         self._declared = wanted
 
-    def _zero_series(self, name: str) -> None:
-        """Every series of one ``model`` label value at zero, for every value of the bounded labels (the
-        unknown model ``""`` only has request and rate-limit series: it never waits or connects)."""
+    def _zero_series(self, key: str) -> None:
+        """Every series of one model key at zero, for every value of the bounded labels (the unknown model
+        ``""`` only has request and rate-limit series: it never waits or connects)."""
+        labels = model_labels(key)
         for status in REQUEST_STATUSES:
-            self._note(name, self._requests, (name, status))
+            self._note(key, self._requests, (*labels, status))
         for scope in RATE_LIMIT_SCOPES:
-            self._note(name, self._rate_limited, (name, scope))
-        self._note(name, self._duration, (name,))
-        if name == UNKNOWN_MODEL:
+            self._note(key, self._rate_limited, (*labels, scope))
+        self._note(key, self._duration, labels)
+        if key == UNKNOWN_MODEL:
             return
         for result in ACTIVATION_RESULTS:
-            self._note(name, self._activation, (name, result))
+            self._note(key, self._activation, (*labels, result))
         for metric in (self._wait, self._queued, self._rejected, self._depth, self._connections):
-            self._note(name, metric, (name,))
+            self._note(key, metric, labels)
 
-    def forget_model(self, name: str) -> None:
-        self.declare_models(self._declared - {name})
+    def forget_model(self, key: str) -> None:
+        self.declare_models(self._declared - {key})
 
     def _label(self, model: str | None) -> str:
         return model if model is not None and model in self._declared else UNKNOWN_MODEL
@@ -293,50 +299,57 @@ class ProxyMetrics:
             self._book.note(model, metric, labels)
 
     def request_finished(self, model: str | None, status: str, seconds: float) -> None:
-        name = self._label(model)
+        key = self._label(model)
         status = status if status in REQUEST_STATUSES else "error"
-        self._note(name, self._requests, (name, status))
-        self._requests.labels(name, status).inc()
-        self._note(name, self._duration, (name,))
-        self._duration.labels(name).observe(seconds)
+        self._note(key, self._requests, (*model_labels(key), status))
+        self._requests.labels(*model_labels(key), status).inc()
+        self._note(key, self._duration, model_labels(key))
+        self._duration.labels(*model_labels(key)).observe(seconds)
 
     def connection_opened(self, model: str) -> None:
-        name = self._label(model)
-        self._note(name, self._connections, (name,))
-        self._connections.labels(name).inc()
+        key = self._label(model)
+        self._note(key, self._connections, model_labels(key))
+        self._connections.labels(*model_labels(key)).inc()
 
     def connection_closed(self, model: str) -> None:
-        self._connections.labels(self._label(model)).dec()
+        self._connections.labels(*model_labels(self._label(model))).dec()
 
     def wait_started(self, model: str) -> None:
-        name = self._label(model)
-        self._note(name, self._queued, (name,))
-        self._queued.labels(name).inc()
-        self._depth.labels(name).inc()
+        key = self._label(model)
+        self._note(key, self._queued, model_labels(key))
+        self._queued.labels(*model_labels(key)).inc()
+        self._depth.labels(*model_labels(key)).inc()
 
     def wait_finished(self, model: str, seconds: float, outcome: str) -> None:
-        name = self._label(model)
-        self._depth.labels(name).dec()
-        self._note(name, self._wait, (name,))
-        self._wait.labels(name).observe(seconds)
+        key = self._label(model)
+        labels = model_labels(key)
+        self._depth.labels(*labels).dec()
+        self._note(key, self._wait, labels)
+        self._wait.labels(*labels).observe(seconds)
         if outcome == "rejected":
-            self._rejected.labels(name).inc()
+            self._rejected.labels(*labels).inc()
 
     def activation_finished(self, model: str, seconds: float, outcome: str) -> None:
         if outcome == "cancelled":
             return
-        name = self._label(model)
+        key = self._label(model)
         result = "success" if outcome == "granted" else "failure"
-        self._note(name, self._activation, (name, result))
-        self._activation.labels(name, result).observe(seconds)
+        self._note(key, self._activation, (*model_labels(key), result))
+        self._activation.labels(*model_labels(key), result).observe(seconds)
 
     def rate_limited(self, model: str | None, scope: str) -> None:
-        name = self._label(model)
+        key = self._label(model)
         scope = scope if scope in RATE_LIMIT_SCOPES else "global"
-        self._note(name, self._rate_limited, (name, scope))
-        self._rate_limited.labels(name, scope).inc()
+        self._note(key, self._rate_limited, (*model_labels(key), scope))
+        self._rate_limited.labels(*model_labels(key), scope).inc()
 
     def shutdown(self, result: str, seconds: float) -> None:
         self._shutdowns.labels(result if result in ("started", "completed", "timeout") else "timeout").inc()
         if result == "completed":
             self._shutdown_duration.observe(seconds)
+
+
+def model_labels(key: str) -> tuple[str, str]:
+    """A model key ``namespace/name`` → the (``model``, ``namespace``) label values (``""`` → both empty)."""
+    namespace, _, name = key.partition("/")
+    return name, namespace

@@ -3,7 +3,8 @@ call to ``Activator.acquire``, with the queue metrics (a wait at either gate is 
 metric and span and, for streaming requests, the ``: loading <model> …`` SSE comments sent while a cold
 start or swap runs.
 
-The acquire call is cancelled if the client goes away (the request is then withdrawn and never counts as
+The model is the key the catalog resolved (``namespace/name``); metrics and comments carry it. The acquire
+call is cancelled if the client goes away (the request is then withdrawn and never counts as
 in flight); a grant that arrives after the request was abandoned is released at once. Called by
 ``handler.py``.
 """
@@ -15,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import (
     ColdStartTimeoutError,
     QueueFullError,
@@ -44,7 +46,7 @@ class _Wait:
 
     __slots__ = ("_activating", "_done", "_metrics", "_model", "_since", "_trace", "reason", "signal", "span")
 
-    def __init__(self, model: str, metrics: ProxyMetrics, trace: RequestTrace) -> None:
+    def __init__(self, model: ModelKey, metrics: ProxyMetrics, trace: RequestTrace) -> None:
         self._model, self._metrics, self._trace = model, metrics, trace
         self.signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.span: Span | None = None
@@ -64,7 +66,7 @@ class _Wait:
             return
         self.queued()
         self._activating, self.reason = time.monotonic(), reason
-        self.span = self._trace.cold_start(self._model)
+        self.span = self._trace.cold_start(self._model.name)
         self.span.set_attribute("flexinfer.activation", reason)
         if not self.signal.done():
             self.signal.set_result(None)
@@ -97,7 +99,7 @@ class Admission:
         self._timeout, self._interval = timeout, interval
 
     @asynccontextmanager
-    async def admit(self, model: str, trace: RequestTrace, reply: Reply | None,
+    async def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
                     slots: ConcurrencyLimiter) -> AsyncIterator[Grant]:
         """Hold one of ``slots``' places for ``model`` for the whole block and yield the activator's grant
         (the caller releases it); with a ``reply`` (streaming request) send loading comments while a model
@@ -112,12 +114,12 @@ class Admission:
             wait.finish(error)
             raise
 
-    async def _acquire(self, model: str, wait: _Wait, reply: Reply | None) -> Grant:
+    async def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Grant:
         if reply is None:
             return await self._activator.acquire(model, self._timeout, wait)
         return await self._acquire_streaming(model, wait, reply)
 
-    async def _acquire_streaming(self, model: str, wait: _Wait, reply: Reply) -> Grant:
+    async def _acquire_streaming(self, model: ModelKey, wait: _Wait, reply: Reply) -> Grant:
         task = asyncio.ensure_future(self._activator.acquire(model, self._timeout, wait))
         try:
             await asyncio.wait((task, wait.signal), return_when=asyncio.FIRST_COMPLETED)
@@ -129,10 +131,11 @@ class Admission:
                 task.cancel()
                 task.add_done_callback(_release_late_grant)
 
-    async def _comment_until_done(self, model: str, wait: _Wait, reply: Reply, task: asyncio.Future[Grant]) -> None:
+    async def _comment_until_done(self, model: ModelKey, wait: _Wait, reply: Reply,
+                                  task: asyncio.Future[Grant]) -> None:
         response = await reply.start_sse()
         while not task.done():
-            await response.write(loading_comment(model, wait.elapsed))
+            await response.write(loading_comment(model.name, wait.elapsed))
             await asyncio.wait((task,), timeout=self._interval)
 
 

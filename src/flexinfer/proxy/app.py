@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from flexinfer.core.errors import RequestError
+from flexinfer.core.errors import ModelNotFoundError, RequestError, echo_safe
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
 from flexinfer.proxy.errors import InternalError, MethodNotAllowedError, RouteNotFoundError, error_response
 from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.handler import ProxyHandler
 from flexinfer.proxy.hooks import NullMetrics, NullTracer, ProxyMetrics, ProxyTracer
-from flexinfer.proxy.models import model_list
+from flexinfer.proxy.models import model_entry_for, model_list
 from flexinfer.runtime.ports import Activator, Catalog
 
 log = logging.getLogger(__name__)
@@ -46,8 +49,8 @@ async def error_middleware(request: web.Request, handler: _Handler) -> web.Strea
         return await handler(request)
     except RequestError as error:
         return error_response(error)
-    except web.HTTPMethodNotAllowed:
-        return error_response(MethodNotAllowedError(f"Method {request.method} not allowed on {request.path}"))
+    except web.HTTPMethodNotAllowed as exc:
+        return error_response(MethodNotAllowedError(request.method, request.path, exc.allowed_methods))
     except web.HTTPNotFound:
         return error_response(RouteNotFoundError(f"Unknown path {request.path}"))
     except web.HTTPException:
@@ -64,14 +67,34 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
     drain, forwarder = DrainState(), Forwarder(config.upstream_connect_timeout)
     app[DRAIN], app[METRICS] = drain, metrics or NullMetrics()
+    tracing = tracer or NullTracer()
     proxied = ProxyHandler(config, activator=activator, catalog=catalog, forwarder=forwarder,
-                           metrics=app[METRICS], tracer=tracer or NullTracer(), drain=drain)
+                           metrics=app[METRICS], tracer=tracing, drain=drain)
 
     async def list_models(request: web.Request) -> web.Response:
-        if request.method != "GET":
-            raise MethodNotAllowedError(f"Method {request.method} not allowed on /v1/models")
+        span, status = tracing.start_list_models(request.method, request.headers), 500
+        try:
+            allow_only(request, "GET")
+            proxied.auth.check(request.headers.get("Authorization"))
+            listed = model_list(catalog.models())
+            data = listed["data"]
+            span.set_attribute("flexinfer.models", len(data) if isinstance(data, list) else 0)
+            status = 200
+            return web.json_response(listed)
+        except RequestError as error:
+            status = error.status
+            raise
+        finally:
+            span.end(status)
+
+    async def retrieve_model(request: web.Request) -> web.Response:
+        allow_only(request, "GET")
         proxied.auth.check(request.headers.get("Authorization"))
-        return web.json_response(model_list(catalog.models()))
+        model_id = request.match_info["id"]
+        entry = model_entry_for(model_id, catalog)
+        if entry is None:
+            raise ModelNotFoundError(model_id)
+        return web.json_response(entry)
 
     async def readyz(_: web.Request) -> web.Response:
         return web.Response(text="draining", status=503) if drain.draining else web.Response(text="ok")
@@ -85,8 +108,9 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_page)
     app.router.add_route("*", "/v1/models", list_models)
+    app.router.add_route("*", "/v1/models/{id:.+}", retrieve_model)
     for path in OPENAI_ROUTES:  # own resources, so spans name them (``http.route``) instead of ``/v1/{tail}``
-        app.router.add_route("*", path, proxied.handle)
+        app.router.add_route("*", path, post_only(proxied.handle))
     app.router.add_route("*", "/v1/{tail:.*}", proxied.handle)
     app.router.add_route("*", "/model/{name}/{tail:.*}", proxied.handle)
     app.on_startup.append(lambda _: forwarder.start())
@@ -94,8 +118,38 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
     return app
 
 
+def allow_only(request: web.Request, method: str) -> None:
+    """``405`` with ``Allow: method`` unless the request uses ``method`` (``HEAD`` goes with ``GET``)."""
+    if request.method != method and not (method == "GET" and request.method == "HEAD"):
+        raise MethodNotAllowedError(request.method, request.path, [method])
+
+
+def post_only(handler: _Handler) -> _Handler:
+    """The OpenAI operation routes take ``POST`` only; another method is a 405, not a routing error."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        allow_only(request, "POST")
+        return await handler(request)
+
+    return guarded
+
+
 async def _healthz(_: web.Request) -> web.Response:
     return web.Response(text="ok")
+
+
+class ProtocolLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server logger for the proxy: a request the HTTP parser rejects (bare CR/LF/NUL in a header,
+    ``Content-Length`` with ``Transfer-Encoding: chunked``, an over-long line…) is the client's fault, so it is
+    one WARNING line; aiohttp answers it 400. Other errors keep their traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: object = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            peer = args[0] if args else "unknown peer"
+            self.warning("rejected a malformed request from %s: %s", peer, echo_safe(" ".join(str(exc).split()), 300))
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)  # type: ignore[arg-type]
 
 
 class ProxyServer:
@@ -103,7 +157,8 @@ class ProxyServer:
 
     def __init__(self, app: web.Application, config: ProxyConfig) -> None:
         self._app, self._config = app, config
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0,
+                                     logger=ProtocolLog(logging.getLogger("flexinfer.proxy.http")))
         self._site: web.TCPSite | None = None
         self.port = 0
         self.closed = False
@@ -117,7 +172,12 @@ class ProxyServer:
         """Listen on ``host:port`` (0 = a free port); return the bound port."""
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, host, port, backlog=1024)
-        await self._site.start()
+        try:
+            await self._site.start()
+        except BaseException:
+            await self._runner.cleanup()  # closes the upstream client session the start-up hooks opened
+            self._site = None
+            raise
         server = self._site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port

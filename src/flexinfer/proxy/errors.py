@@ -1,19 +1,22 @@
 """The one mapping from ``RequestError`` to the OpenAI error envelope, as JSON or as an SSE error event.
 
-``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` on 429/503. Used by the proxy's
-error middleware (``app.py``) and by the streaming paths (``streaming.py``, ``forwarding.py``) once a
-response has already started. Also defines the edge-only errors (unknown route, wrong method) the core
-hierarchy does not need.
+``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` on 429/503 and ``Allow`` on 405.
+Every text field is made safe to echo (``core.errors.echo_safe``): bounded, so a 1 MB model name is not sent
+back whole, and valid UTF-8 (lone surrogates become backslash-escaped text). Used by the proxy's error
+middleware (``app.py``) and by the streaming paths (``streaming.py``, ``forwarding.py``) once a response has
+already started. Also defines the edge-only errors (unknown route, wrong method) the core hierarchy does not
+need.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 from aiohttp import web
 
-from flexinfer.core.errors import ModelNotFoundError, RequestError
+from flexinfer.core.errors import ModelNotFoundError, RequestError, echo_safe
 
 
 class RouteNotFoundError(RequestError):
@@ -23,9 +26,13 @@ class RouteNotFoundError(RequestError):
 
 
 class MethodNotAllowedError(RequestError):
-    """The route exists but not for this HTTP method."""
+    """The route exists but not for this HTTP method; ``allow`` fills the ``Allow`` header."""
 
     status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+    def __init__(self, method: str, path: str, allow: Iterable[str]) -> None:
+        self.allow = tuple(sorted(allow))
+        super().__init__(f"Method {method} not allowed on {path} (allowed: {', '.join(self.allow)})")
 
 
 class ModelParkedError(ModelNotFoundError):
@@ -52,17 +59,19 @@ class InternalError(RequestError):
 
 
 def envelope(error: RequestError) -> dict[str, object]:
-    """The OpenAI error body for ``error``."""
+    """The OpenAI error body for ``error`` (every text field passed through ``echo_safe``)."""
     return {"error": {
-        "message": str(error) or error.code,
-        "type": error.type,
-        "param": error.param,
-        "code": error.code,
+        "message": echo_safe(str(error) or str(error.code)),
+        "type": echo_safe(error.type),
+        "param": None if error.param is None else echo_safe(error.param),
+        "code": None if error.code is None else echo_safe(error.code),
     }}
 
 
 def error_headers(error: RequestError) -> dict[str, str]:
-    """``Retry-After`` (whole seconds, rounded up) for errors that carry one on 429/503."""
+    """``Retry-After`` (whole seconds, rounded up) for errors that carry one on 429/503; ``Allow`` on 405."""
+    if isinstance(error, MethodNotAllowedError):
+        return {"Allow": ", ".join(error.allow)}
     if error.retry_after is None or error.status not in (429, 503):
         return {}
     return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}

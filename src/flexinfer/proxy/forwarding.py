@@ -3,13 +3,14 @@
 Chunks are written to the client as they arrive (``readany``); no compression is added or removed
 (``auto_decompress=False``). A client that goes away cancels the handler, which closes the upstream
 connection so the model server sees the disconnect. A model server that fails before answering is a 502
-``bad_gateway``; one that fails mid-body is reported through ``Reply.fail`` (an SSE error event on
-streams). Used by ``handler.py``; ``app.py`` starts and closes the ``Forwarder``'s client session.
+``bad_gateway``; one that answers an error status (>= 400) becomes an OpenAI error with that status and its
+message, internals removed (``upstream_errors.py``); one that fails mid-body is reported through
+``Reply.fail`` (an SSE error event on streams). Used by ``handler.py``; ``app.py`` starts and closes the
+``Forwarder``'s client session.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import aiohttp
@@ -18,6 +19,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from flexinfer.core.errors import UpstreamError
 from flexinfer.proxy.hooks import RequestTrace
 from flexinfer.proxy.streaming import Reply
+from flexinfer.proxy.upstream_errors import MAX_ERROR_BODY, UpstreamStatusError, upstream_error
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -65,6 +67,10 @@ class Forwarder:
             span.end(error=str(error))
             raise
         span.set_attribute("http.response.status_code", upstream.status)
+        if upstream.status >= 400:
+            relayed = await _relayed_error(upstream)
+            span.end(upstream.status, relayed.code)
+            raise relayed
         try:
             await self._copy(reply, upstream)
         except BaseException:
@@ -84,7 +90,7 @@ class Forwarder:
 
     async def _copy(self, reply: Reply, upstream: aiohttp.ClientResponse) -> None:
         if reply.started and upstream.status != 200:
-            raise UpstreamError(await _upstream_message(upstream))
+            raise UpstreamError(f"model server answered {upstream.status} on a stream already started")
         response = await reply.start_mirror(
             upstream.status, upstream.reason, _mirrored_headers(upstream.headers), upstream.content_length,
         )
@@ -99,11 +105,20 @@ class Forwarder:
             await response.write(chunk)
 
 
-async def _upstream_message(upstream: aiohttp.ClientResponse) -> str:
-    """A one-line description of an upstream error response (its OpenAI error message if it has one)."""
+async def _relayed_error(upstream: aiohttp.ClientResponse) -> UpstreamStatusError:
+    """The OpenAI error for an upstream error answer (its body read up to ``MAX_ERROR_BODY`` bytes)."""
+    body = bytearray()
     try:
-        body = json.loads(await upstream.read())
-        message = body["error"]["message"] if isinstance(body.get("error"), dict) else body.get("error")
-    except (aiohttp.ClientError, ValueError, AttributeError, KeyError, TypeError):
-        message = None
-    return f"model server answered {upstream.status}" + (f": {message}" if message else "")
+        while len(body) < MAX_ERROR_BODY:
+            chunk = await upstream.content.read(MAX_ERROR_BODY - len(body))
+            if not chunk:
+                break
+            body += chunk
+    except (aiohttp.ClientError, OSError):
+        pass  # what arrived is enough for a message
+    finally:
+        upstream.close()
+    headers = upstream.headers
+    return upstream_error(upstream.status, bytes(body), content_type=headers.get("Content-Type", ""),
+                          content_encoding=headers.get("Content-Encoding", ""),
+                          retry_after=headers.get("Retry-After"))

@@ -1,7 +1,9 @@
 """The per-request flow of a proxied OpenAI call.
 
-auth → body limit (413) → model resolution (400/404, aliases, parked; a ``background`` workload-class request
-for a model that is not Ready → 503 without activating it) → rate limit (429) → per-model
+auth → body limit (413) → model resolution (400/404/409, aliases, parked; a ``background`` workload-class
+request for a model that is not Ready → 503 without activating it). Resolution happens once, here, through the
+catalog; from then on the request carries the model's key (``namespace/name``): rate and concurrency limits,
+the activator, the grant and the metrics all use it → rate limit (429) → per-model
 concurrency → ``Activator.acquire`` (queue/cold start/swap; loading comments on streams) → body rewrite to
 the served model name → forward and relay → ``Grant.release`` exactly once. Every failure becomes an
 OpenAI error via ``Reply.fail``. Metrics and the request span are closed in one ``finally``. Built by
@@ -13,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 
 from aiohttp import web
 
+from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import ModelNotFoundError, PayloadTooLargeError, RequestError, ShuttingDownError
 from flexinfer.proxy.admission import Admission
 from flexinfer.proxy.auth import BearerAuth
@@ -26,11 +28,13 @@ from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, Model
 from flexinfer.proxy.forwarding import Forwarder, upstream_headers
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
 from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
+from flexinfer.proxy.request_ids import REQUEST_ID_HEADER, RequestId, request_id
 from flexinfer.proxy.routing import (
     MODEL_HEADER,
     WORKLOAD_CLASS_HEADER,
     RoutedRequest,
     is_background,
+    path_key_candidate,
     rewrite_body,
     route,
 )
@@ -38,6 +42,7 @@ from flexinfer.proxy.streaming import Reply
 from flexinfer.runtime.ports import Activator, Catalog, ModelView
 
 log = logging.getLogger(__name__)
+REQUEST_ID_KEY = web.RequestKey("flexinfer_request_id", RequestId)
 ROUTE_IN_THREAD_BYTES = 1 << 20
 """Bodies at least this large are parsed for the model name off the event loop (a 25 MB audio form or a
 long JSON prompt would otherwise stall every other request for tens of milliseconds)."""
@@ -56,7 +61,7 @@ class _Outcome:
     __slots__ = ("error", "http_status", "model", "status")
 
     def __init__(self) -> None:
-        self.model: str | None = None
+        self.model: ModelKey | None = None
         self.http_status: int | None = None
         self.status = "error"
         self.error: str | None = None
@@ -85,10 +90,12 @@ class ProxyHandler:
         """Answer one proxied request (the route handler)."""
         started = time.perf_counter()
         trace = self._tracer.start_request(request.method, route_template(request), request.headers)
-        request_id = request.headers.get("X-Request-ID") or uuid.uuid4().hex
-        reply, outcome = Reply(request, {"X-Request-ID": request_id}), _Outcome()
+        rid = request[REQUEST_ID_KEY] = request_id(request.headers)
+        reply, outcome = Reply(request, {REQUEST_ID_HEADER: rid.value}), _Outcome()
         trace.set_attribute("url.path", request.path)
-        trace.set_attribute("request.id", request_id)
+        trace.set_attribute("request.id", rid.value)
+        if rid.client_value is not None:
+            trace.set_attribute("request.client_id", rid.client_value)
         self._drain.enter()
         try:
             return await self._answer(request, reply, trace, outcome)
@@ -126,26 +133,29 @@ class ProxyHandler:
         background = is_background(request.headers)
         trace.set_attribute("flexinfer.workload.background", background)
         body = await self._read_body(request)
-        args = (request.headers, request.path, request.query_string, body)
+        args = (request.headers, request.path, request.query_string, body, self._path_key(request.path))
         routed = await asyncio.to_thread(route, *args) if len(body) >= ROUTE_IN_THREAD_BYTES else route(*args)
         view = self._resolve(routed.model, outcome)
+        key = view.key
         trace.set_attribute("flexinfer.model", view.name)
+        trace.set_attribute("flexinfer.namespace", view.namespace)
         if background and view.phase != "Ready":
-            raise BackgroundNotReadyError(view.name, view.phase)
-        self._rate_limit(view.name)
-        async with self._admission.admit(view.name, trace, reply if routed.streaming else None,
+            raise BackgroundNotReadyError(key, view.phase)
+        self._rate_limit(key)
+        async with self._admission.admit(key, trace, reply if routed.streaming else None,
                                          self._concurrency) as grant:
-            self._metrics.connection_opened(view.name)
+            self._metrics.connection_opened(key)
             try:
                 await self._forward(request, reply, trace, routed=routed, view=view, body=body,
                                     base_url=grant.endpoint.base_url)
             finally:
                 grant.release()
-                self._metrics.connection_closed(view.name)
+                self._metrics.connection_closed(key)
 
     async def _forward(self, request: web.Request, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,
                        view: ModelView, body: bytes, base_url: str) -> None:
         headers = upstream_headers(request.headers, self._dropped_headers)
+        headers[REQUEST_ID_HEADER] = request[REQUEST_ID_KEY].value
         new_body = rewrite_body(body, routed.payload, view.served_model_name)
         url = base_url.rstrip("/") + routed.upstream_path
         await self._forwarder.relay(reply, method=request.method, url=url, headers=headers, body=new_body,
@@ -161,16 +171,24 @@ class ProxyHandler:
         except web.HTTPRequestEntityTooLarge:
             raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes") from None
 
+    def _path_key(self, path: str) -> str | None:
+        """The ``namespace/name`` of a ``/model/<namespace>/<name>/…`` path when it is a model's key."""
+        candidate = path_key_candidate(path)
+        if candidate is None:
+            return None
+        view = self._catalog.resolve(candidate)
+        return candidate if view is not None and view.key == candidate else None
+
     def _resolve(self, name: str, outcome: _Outcome) -> ModelView:
         view = self._catalog.resolve(name)
         if view is None:
             raise ModelNotFoundError(name)
-        outcome.model = view.name
+        outcome.model = view.key
         if view.parked:
             raise ModelParkedError(name)
         return view
 
-    def _rate_limit(self, model: str) -> None:
+    def _rate_limit(self, model: ModelKey) -> None:
         if self._limiter is None:
             return
         try:

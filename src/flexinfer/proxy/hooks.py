@@ -4,11 +4,12 @@ The proxy imports no other adapter; ``flexinfer.assembly`` injects objects satis
 (adapters over ``flexinfer.observability.metrics`` and ``flexinfer.observability.tracing``). The null
 implementations here are the defaults (tests, benchmarks, tracing off).
 
-Metric calls (all labels bounded: ``model`` is a catalog name or ``None`` for an unknown/missing model):
+Metric calls (all labels bounded: ``model`` is the model key ``namespace/name`` the catalog resolved, labelled
+as ``model`` and ``namespace``, or ``None`` for an unknown, ambiguous or missing model):
 
-- ``request_finished(model, status, seconds)`` → ``flexinfer_proxy_requests_total{model,status}`` and
-  ``flexinfer_proxy_request_duration_seconds{model}``; ``status`` ∈ success, error, cancelled (the client
-  went away), rate_limited, parked, background_not_ready.
+- ``request_finished(model, status, seconds)`` → ``flexinfer_proxy_requests_total{model,namespace,status}`` and
+  ``flexinfer_proxy_request_duration_seconds{model,namespace}``; ``status`` ∈ success, error, cancelled (the
+  client went away), rate_limited, parked, background_not_ready.
 - ``connection_opened(model)`` / ``connection_closed(model)`` → ``flexinfer_proxy_active_connections``.
 - ``wait_started(model)`` → ``flexinfer_proxy_queued_requests_total`` +1, ``flexinfer_proxy_queue_depth`` +1:
   the request waits for its model, at either gate (a per-model concurrency slot or an activation); once per
@@ -73,6 +74,9 @@ class ProxyTracer(Protocol):
 
     def start_request(self, method: str, route: str, headers: Mapping[str, str]) -> RequestTrace: ...
 
+    def start_list_models(self, method: str, headers: Mapping[str, str]) -> Span:
+        """Open the ``proxy.list_models`` span of one ``/v1/models`` request."""
+
 
 class NullMetrics:
     """Records nothing."""
@@ -124,4 +128,7 @@ class NullTracer:
     _span = NullSpan()
 
     def start_request(self, method: str, route: str, headers: Mapping[str, str]) -> RequestTrace:
+        return self._span
+
+    def start_list_models(self, method: str, headers: Mapping[str, str]) -> Span:
         return self._span

@@ -2,7 +2,10 @@
 
 Sources in order (spec §6.3 step 4): the ``X-Model-ID`` header; a ``/model/<name>/…`` path prefix (stripped
 before forwarding); the JSON body's top-level ``model``, or for a ``multipart/form-data`` body its ``model``
-field (``form_model.py``). None → 400 ``missing_required_field``. A JSON body is rewritten so its ``model`` is
+field (``form_model.py``). None → 400 ``missing_required_field``. Every source accepts the same forms (a name,
+an alias or ``namespace/name``; the catalog resolves them); in the path, ``/model/<namespace>/<name>/…``
+names a model by its key when the catalog confirms that key (``path_key_candidate``), else the first segment
+is the name. A JSON body is rewritten so its ``model`` is
 the backend's served model name; a form body is forwarded unchanged. Pure functions over bytes and strings;
 called by ``handler.py``.
 """
@@ -40,9 +43,11 @@ class RoutedRequest:
         return bool(self.payload is not None and self.payload.get("stream") is True)
 
 
-def route(headers: Mapping[str, str], path: str, query: str, body: bytes) -> RoutedRequest:
-    """Resolve the requested model name; raise ``BadRequestError`` when there is none."""
-    upstream_path, path_model = split_model_prefix(path)
+def route(headers: Mapping[str, str], path: str, query: str, body: bytes,
+          path_key: str | None = None) -> RoutedRequest:
+    """Resolve the requested model name; raise ``BadRequestError`` when there is none. ``path_key`` is the
+    ``namespace/name`` the caller confirmed for a ``/model/<namespace>/<name>/…`` path."""
+    upstream_path, path_model = split_model_prefix(path, path_key)
     if query:
         upstream_path = f"{upstream_path}?{query}"
     header_model = headers.get(MODEL_HEADER, "").strip()
@@ -73,10 +78,22 @@ def is_background(headers: Mapping[str, str]) -> bool:
     return headers.get(WORKLOAD_CLASS_HEADER, "").strip().lower() == "background"
 
 
-def split_model_prefix(path: str) -> tuple[str, str | None]:
-    """``/model/<name>/rest`` → (``/rest``, name); any other path → (path, None)."""
+def path_key_candidate(path: str) -> str | None:
+    """``namespace/name`` from ``/model/<namespace>/<name>/…`` (whether it is a model key is the catalog's call)."""
+    if not path.startswith(PATH_PREFIX):
+        return None
+    first, second = [*path[len(PATH_PREFIX):].split("/", 2), "", ""][:2]
+    return f"{first}/{second}" if first and second else None
+
+
+def split_model_prefix(path: str, path_key: str | None = None) -> tuple[str, str | None]:
+    """``/model/<name>/rest`` → (``/rest``, name); with ``path_key`` = ``namespace/name``,
+    ``/model/<namespace>/<name>/rest`` → (``/rest``, ``namespace/name``); any other path → (path, None)."""
     if not path.startswith(PATH_PREFIX):
         return path, None
+    if path_key is not None and path_key == path_key_candidate(path):
+        rest = path[len(PATH_PREFIX) + len(path_key):]
+        return rest or "/", path_key
     name, sep, rest = path[len(PATH_PREFIX):].partition("/")
     if not name:
         return path, None

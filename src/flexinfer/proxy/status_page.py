@@ -66,10 +66,9 @@ def catalog_states(catalog: Catalog, snapshot: Callable[[], list[ModelState]]) -
         local = {s.key: s for s in snapshot()}
         out = []
         for view in sorted(catalog.models(), key=lambda v: (v.namespace, v.name)):
-            key = f"{view.namespace}/{view.name}"
-            mine = local.get(key)
+            mine = local.get(view.key)
             out.append(ModelState(
-                key=key, name=view.name, namespace=view.namespace, group=view.group, priority=view.priority,
+                key=view.key, name=view.name, namespace=view.namespace, group=view.group, priority=view.priority,
                 phase=view.phase, queue_depth=mine.queue_depth if mine else 0,
                 in_flight=mine.in_flight if mine else 0, endpoint=None, last_swap_age=None,
                 draining=mine.draining if mine else False))

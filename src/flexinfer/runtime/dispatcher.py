@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter import Arbiter
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 class ModelState:
     """One model as ``flexinfer status`` and ``/v1/models`` show it."""
 
-    key: str
+    key: ModelKey
     name: str
     namespace: str
     group: str | None
@@ -130,7 +131,7 @@ class Dispatcher:
     # ------------------------------------------------------------ Activator
 
     async def acquire(
-        self, model: str, timeout: float | None = None, on_wait: Callable[[str], None] | None = None,
+        self, model: ModelKey, timeout: float | None = None, on_wait: Callable[[str], None] | None = None,
     ) -> Grant:
         """Wait until ``model`` may take one more request; see ``flexinfer.runtime.ports.Activator``."""
         if self._closed:
@@ -158,18 +159,18 @@ class Dispatcher:
 
     # ------------------------------------------------------------ control surface
 
-    async def preload(self, model: str, wait: bool = False, timeout: float | None = None) -> str:
+    async def preload(self, model: ModelKey, wait: bool = False, timeout: float | None = None) -> str:
         """Start ``model`` without a request; with ``wait`` return once it is Ready or Failed.
-        Returns the phase (raises ``ModelNotFoundError`` for an unknown model)."""
-        key = self._key(model)
+        Returns the phase (raises ``ModelNotFoundError`` for an unknown key)."""
+        key = self._declared(model)
         await self.send(ev.Preload(key))
         if wait:
             await self.wait_for(lambda: self._phase(key) in ("Ready", "Failed"), timeout)
         return self._phase(key)
 
-    async def unload(self, model: str) -> None:
+    async def unload(self, model: ModelKey) -> None:
         """Drain and stop ``model`` now; it stays stopped (also with ``minReplicas``) until a request."""
-        await self.send(ev.Unload(self._key(model)))
+        await self.send(ev.Unload(self._declared(model)))
 
     async def replace_models(self, models: Iterable[Model]) -> None:
         """Declare the model set: new models are added, changed ones updated, missing ones removed (their
@@ -199,7 +200,7 @@ class Dispatcher:
         now = self._clock()
         return [self._state(slot_key, now) for slot_key in sorted(self._arbiter.slots)]
 
-    def _state(self, key: str, now: float) -> ModelState:
+    def _state(self, key: ModelKey, now: float) -> ModelState:
         s = self._arbiter.slots[key]
         endpoint = s.endpoint if isinstance(s.endpoint, Endpoint) and s.servable else None
         return ModelState(
@@ -214,14 +215,16 @@ class Dispatcher:
             while not predicate():
                 await self._changed.wait()
 
-    def _phase(self, key: str) -> str:
+    def _phase(self, key: ModelKey) -> str:
         slot = self._arbiter.slots.get(key)
         return slot.phase if slot is not None else "Idle"
 
-    def _key(self, model: str) -> str:
-        key = self._arbiter.resolve(model)
-        if key is None:
-            raise ModelNotFoundError(model)
+    def _declared(self, key: ModelKey) -> ModelKey:
+        """``key`` when it names a declared model (keys come resolved from a catalog), else
+        ``ModelNotFoundError``."""
+        slot = self._arbiter.slots.get(key)
+        if slot is None or slot.removed:
+            raise ModelNotFoundError(key)
         return key
 
     async def __aenter__(self) -> Dispatcher:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter import Arbiter
@@ -42,7 +43,7 @@ class EffectRunner:
         self._arbiter, self._tasks, self._waiters = arbiter, tasks, waiters
         self._observer, self._post, self._release = observer, post, release
         self._wake: asyncio.TimerHandle | None = None
-        self._known: dict[str, Model] = {}
+        self._known: dict[ModelKey, Model] = {}
 
     def run(self, effect: Effect) -> None:
         try:
@@ -79,8 +80,7 @@ class EffectRunner:
                 self._release(effect.ticket)
 
         endpoint = effect.endpoint if isinstance(effect.endpoint, Endpoint) else Endpoint(str(effect.endpoint))
-        name = self._model(effect.model).name
-        waiter.future.set_result(Grant(name, endpoint, release, effect.waited, effect.activation))
+        waiter.future.set_result(Grant(effect.model, endpoint, release, effect.waited, effect.activation))
 
     def _observe(self, effect: Effect) -> None:
         obs = self._observer
@@ -135,7 +135,7 @@ class EffectRunner:
             self._wake.cancel()
             self._wake = None
 
-    def _model(self, key: str) -> Model:
+    def _model(self, key: ModelKey) -> Model:
         """The model for a key; remembered so effects emitted just before a removal still resolve."""
         slot = self._arbiter.slots.get(key)
         if slot is not None:

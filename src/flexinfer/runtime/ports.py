@@ -5,6 +5,9 @@
 - ``Activator``: what the proxy needs from the runtime: wait until a model may serve a request, get its
   upstream, and say when the request is over (in-flight accounting). Implemented by the dispatcher.
 - ``Catalog``: what the proxy needs to resolve a request's model name and list models.
+
+A request's model name is resolved once, by the ``Catalog``, into a ``ModelKey`` (``namespace/name``); the
+``Activator``, its ``Grant`` and the engines only ever see that key.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 
 Stage = str
@@ -48,7 +52,7 @@ class Grant:
     """Permission to send one request to a model; ``release`` must be called exactly once when the
     response is finished (or the client went away)."""
 
-    model: str
+    model: ModelKey
     endpoint: Endpoint
     release: Callable[[], None]
     waited_seconds: float = 0.0
@@ -57,13 +61,13 @@ class Grant:
 
 
 class Activator(Protocol):
-    """Admission for requests. ``acquire`` waits (bounded by ``timeout``) until the model is Ready and
-    returns a ``Grant``; raises ``RequestError`` subclasses (ModelNotFound, QueueFull, ColdStartTimeout,
+    """Admission for requests. ``acquire`` waits (bounded by ``timeout``) until the model with key ``model``
+    is Ready and returns a ``Grant``; raises ``RequestError`` subclasses (ModelNotFound, QueueFull, ColdStartTimeout,
     ModelFailed, ShuttingDown). Cancelling the awaiting task withdraws the request: it never counts as in
     flight. ``on_wait`` is called once if the request has to wait for an activation."""
 
     async def acquire(
-        self, model: str, timeout: float | None = None, on_wait: Callable[[str], None] | None = None,
+        self, model: ModelKey, timeout: float | None = None, on_wait: Callable[[str], None] | None = None,
     ) -> Grant: ...
 
 
@@ -83,9 +87,17 @@ class ModelView:
     created: float = 0.0
     metadata: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def key(self) -> ModelKey:
+        """The model's identity, carried from here on instead of its name."""
+        return ModelKey(self.namespace, self.name)
+
 
 class Catalog(Protocol):
-    """Model lookup for the proxy (backed by manifests locally, by a watch cache in Kubernetes)."""
+    """Model lookup for the proxy (backed by manifests locally, by a watch cache in Kubernetes).
+
+    ``resolve`` turns a client's model name into the model (``None``: unknown) by the rule of
+    ``flexinfer.core.model_index``; it raises ``AmbiguousModelError`` for a bare name several namespaces use."""
 
     def resolve(self, name: str) -> ModelView | None: ...
 

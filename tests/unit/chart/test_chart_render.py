@@ -19,7 +19,7 @@ from support.helm_chart import (
     MANAGER_CLUSTER_PERMISSIONS,
     MANAGER_NAMESPACE_PERMISSIONS,
     NAMESPACE,
-    PROXY_CLUSTER_PERMISSIONS,
+    PROXY_PERMISSIONS,
     SEED_SET_ARGS,
     Helm,
     HelmError,
@@ -84,13 +84,13 @@ def test_default_render_has_the_expected_objects(default_docs: list[dict[str, An
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in default_docs)
     assert kinds == [
         ("ClusterRole", "flexinfer-manager"),
-        ("ClusterRole", "flexinfer-proxy"),
         ("ClusterRoleBinding", "flexinfer-manager"),
-        ("ClusterRoleBinding", "flexinfer-proxy"),
         ("Deployment", "flexinfer-manager"),
         ("Deployment", "flexinfer-proxy"),
         ("Role", "flexinfer-manager-leader-election"),
+        ("Role", "flexinfer-proxy"),
         ("RoleBinding", "flexinfer-manager-leader-election"),
+        ("RoleBinding", "flexinfer-proxy"),
         ("Service", "flexinfer-manager-metrics"),
         ("Service", "flexinfer-proxy"),
         ("ServiceAccount", "flexinfer-manager"),
@@ -213,6 +213,7 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
     assert proxy_env(default_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
         "POD_NAME": POD_NAME,
+        "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
         "PROXY_QUEUE_TIMEOUT": "10m",
         "PROXY_COLD_START_TIMEOUT": "10m",
         "PROXY_MAX_QUEUE_SIZE": "100",
@@ -294,7 +295,7 @@ def test_security_contexts_and_resources(default_docs: list[dict[str, Any]]) -> 
 def test_rbac_grants_exactly_the_documented_verbs(default_docs: list[dict[str, Any]]) -> None:
     assert rule_set(find(default_docs, "ClusterRole", "flexinfer-manager")) == MANAGER_CLUSTER_PERMISSIONS
     assert rule_set(find(default_docs, "Role", "flexinfer-manager-leader-election")) == MANAGER_NAMESPACE_PERMISSIONS
-    assert rule_set(find(default_docs, "ClusterRole", "flexinfer-proxy")) == PROXY_CLUSTER_PERMISSIONS
+    assert rule_set(find(default_docs, "Role", "flexinfer-proxy")) == PROXY_PERMISSIONS
     for doc in default_docs:
         for rule in doc.get("rules", []):
             assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], doc["metadata"]["name"]
@@ -304,11 +305,23 @@ def test_rbac_bindings_name_the_right_service_accounts(default_docs: list[dict[s
     for kind, name, sa in (
         ("ClusterRoleBinding", "flexinfer-manager", "flexinfer-manager"),
         ("RoleBinding", "flexinfer-manager-leader-election", "flexinfer-manager"),
-        ("ClusterRoleBinding", "flexinfer-proxy", "flexinfer-proxy"),
+        ("RoleBinding", "flexinfer-proxy", "flexinfer-proxy"),
     ):
         binding = find(default_docs, kind, name)
         assert binding["roleRef"]["name"] == name
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+
+
+@pytest.mark.parametrize(("all_namespaces", "kind"), [(False, "Role"), (True, "ClusterRole")])
+def test_proxy_rbac_is_namespaced_unless_all_namespaces(helm: Helm, all_namespaces: bool, kind: str) -> None:
+    docs = helm.template(f"proxy.allNamespaces={str(all_namespaces).lower()}")
+    proxy_roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+                   and d["metadata"]["name"] == "flexinfer-proxy"]
+    assert sorted(d["kind"] for d in proxy_roles) == sorted([kind, f"{kind}Binding"])
+    role = find(docs, kind, "flexinfer-proxy")
+    assert rule_set(role) == PROXY_PERMISSIONS
+    assert ("namespace" in role["metadata"]) is (kind == "Role")
+    assert not {r for r in rule_set(role) if r[1].startswith("models") and r[2] not in ("get", "list", "watch")}
 
 
 @pytest.mark.parametrize("set_args", [(), SEED_SET_ARGS, EVERYTHING_ON], ids=["defaults", "seed", "everything-on"])

@@ -15,7 +15,7 @@ def test_writes_every_crd_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["crds", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(crd_files())
     assert (out / "ai.flexinfer_models.yaml").read_text() == crd_files()["ai.flexinfer_models.yaml"]
-    assert capsys.readouterr().out.count("wrote ") == 3
+    assert capsys.readouterr().out.count("wrote ") == 4
 
 
 def test_check_passes_when_current_and_names_stale_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

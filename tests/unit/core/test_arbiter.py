@@ -6,7 +6,7 @@ from __future__ import annotations
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
 from support.arbiter_harness import Harness
-from support.recording_engine import make_model
+from support.recording_engine import key, make_model
 
 A, B, C = "default/a", "default/b", "default/c"
 POLICY = ArbiterPolicy(max_wait=30, min_hold=10, drain_timeout=20, cold_start_timeout=600, queue_limit=3)
@@ -44,11 +44,27 @@ def test_cold_start_grants_every_joiner_once_at_ready() -> None:
     assert [e.new for e in h.effects(ev.PhaseChanged)] == ["Pending", "Loading", "Ready"]  # type: ignore[attr-defined]
 
 
-def test_ready_model_grants_immediately_and_bare_or_full_names_resolve() -> None:
+def test_ready_model_grants_immediately() -> None:
     h = Harness([make_model("a")], POLICY)
     bring_up(h, A)
     t = h.request("default/a")
     assert h.outcome[t] == ("granted", 0.0)
+
+
+def test_same_name_in_two_namespaces_each_key_reaches_its_own_model_and_a_bare_name_is_no_key() -> None:
+    other = make_model("a").model_copy(update={"metadata": make_model("a").metadata.model_copy(
+        update={"namespace": "team-b"})})
+    h = Harness([make_model("a"), other], POLICY)
+    t_team = h.request("team-b/a")
+    assert starts(h) == ["team-b/a"]
+    h.send(ev.ModelReady(key("team-b/a"), "ep:team-b"))
+    assert h.outcome[t_team][0] == "granted"
+    grants = {e.ticket: (e.model, e.endpoint) for e in h.effects(ev.GrantTicket)}  # type: ignore[attr-defined]
+    assert grants[t_team] == ("team-b/a", "ep:team-b")
+    t_default = h.request("default/a")
+    assert starts(h) == ["team-b/a", "default/a"] and t_default not in h.outcome
+    h.send(ev.RequestArrived(99, "a", None))  # type: ignore[arg-type]  # a bare name is not a key
+    assert h.outcome[99][0] == "model_not_found"
 
 
 def test_unknown_model_queue_full_and_shutdown_rejections() -> None:
@@ -185,10 +201,10 @@ def test_idle_timeout_stops_serverless_but_keeps_min_replicas_warm() -> None:
 
 def test_preload_and_unload() -> None:
     h = Harness([make_model("a"), make_model("w", minReplicas=1)], POLICY)
-    h.send(ev.Preload("a"))
+    h.send(ev.Preload(key("a")))
     assert A in starts(h)
     h.send(ev.ModelReady(A, "ep"))
-    h.send(ev.Unload("w"))
+    h.send(ev.Unload(key("w")))
     h.send(ev.ModelStopped("default/w"))
     h.advance(100)
     assert starts(h).count("default/w") == 1, "an unloaded minReplicas model waits for a request"

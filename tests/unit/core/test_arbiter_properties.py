@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
 from support.arbiter_harness import Harness
-from support.recording_engine import make_model
+from support.recording_engine import key, make_model
 
 S = 4.0  # engine start/stop bound used by the harness
 POLICY = ArbiterPolicy(max_wait=30, min_hold=10, drain_timeout=15, cold_start_timeout=10_000,
@@ -73,7 +73,7 @@ def run(script: list[tuple[str, object]], delays: dict[str, float]) -> Checked:
         elif op == "fail":
             h.failing[f"default/{arg}"] = h.failing.get(f"default/{arg}", 0) + 1
         elif op == "unload":
-            h.send(ev.Unload(str(arg)))
+            h.send(ev.Unload(key(str(arg))))
     return h
 
 

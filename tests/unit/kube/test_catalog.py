@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from flexinfer.api.model import Model
+from flexinfer.core.errors import AmbiguousModelError
 from flexinfer.kube.catalog import WatchCatalog, backend_model_name
 from flexinfer.kube.model_watch import ModelStore
 from support.fake_model_api import model_body
@@ -46,11 +47,19 @@ def test_own_name_beats_another_models_alias_and_the_oldest_alias_claimant_wins(
     assert resolved(cat, "shared") == "default/old"
 
 
-def test_a_name_used_in_two_namespaces_needs_the_key() -> None:
-    cat, _ = catalog(model("m", "a"), model("m", "b"), model("solo", "b"))
-    assert cat.resolve("m") is None
-    assert resolved(cat, "a/m") == "a/m"
+def test_a_name_used_in_two_namespaces_is_ambiguous_and_each_key_resolves() -> None:
+    cat, store = catalog(model("m", "a"), model("m", "b", litellm={"aliases": ["m-b"]}), model("solo", "b"),
+                         model("other", "c", litellm={"aliases": ["m"]}))
+    with pytest.raises(AmbiguousModelError) as ambiguous:
+        cat.resolve("m")
+    assert ambiguous.value.status == 409 and ambiguous.value.code == "model_ambiguous"
+    assert ambiguous.value.candidates == ("a/m", "b/m") and "'a/m', 'b/m'" in str(ambiguous.value)
+    assert resolved(cat, "a/m") == "a/m" and resolved(cat, "b/m") == "b/m"
+    assert resolved(cat, "m-b") == "b/m"
     assert resolved(cat, "solo") == "b/solo"
+    assert cat.resolve("a/solo") is None
+    store.delete("a/m")
+    assert resolved(cat, "m") == "b/m"
 
 
 def test_parked_models_resolve_as_parked_and_phase_comes_from_status() -> None:

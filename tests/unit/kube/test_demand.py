@@ -1,4 +1,5 @@
-"""Demand signalling (lastActiveTime patches: one per activation, retries, 1 m keep-alive throttle) and the
+"""Demand signalling (lastActiveTime in the replica's ModelDemand: one write per activation, retries, 1 m
+keep-alive throttle) and the
 KubeEngine's watch-driven readiness (Ready, endpoint override, Failed, stalled, deleted, cold-start budget)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.kube.demand import ENDPOINT_OVERRIDE_ANNOTATION, DemandSignal, KubeEngine, rfc3339
+from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
 from flexinfer.runtime.ports import Endpoint
@@ -42,7 +44,8 @@ class Cluster:
 
     def __init__(self, api: FakeModelApi, store: ModelStore, clock: Clock) -> None:
         self.api, self.store, self.clock = api, store, clock
-        self.demand = DemandSignal(api, store, now=clock.now, clock=clock.mono, retry_delay=0.0)
+        self.report = DemandReport(api, "proxy-a", now=clock.now, clock=clock.mono)
+        self.demand = DemandSignal(self.report, store, now=clock.now, clock=clock.mono, retry_delay=0.0)
 
     def engine(self, override: bool = False, now: Callable[[], datetime] | None = None) -> KubeEngine:
         return KubeEngine(self.store, self.demand, endpoint_override=override, cold_start_timeout=5.0,
@@ -76,10 +79,14 @@ def no_report(stage: str) -> None:
     return None
 
 
-async def test_signal_patches_last_active_time_with_a_merge_patch() -> None:
+async def test_signal_writes_last_active_time_into_the_replicas_report_never_the_model() -> None:
     async with cluster(model_body("m", phase="Idle")) as c:
+        before = dict(c.api.objects)
         await c.demand.signal(c.model())
-        assert c.api.patches == [("default", "m", {"status": {"lastActiveTime": rfc3339(T0)}})]
+        assert c.api.demand_writes == [("default", "m", rfc3339(T0))]
+        assert c.api.report("m") == {"proxy-a": {"lastActiveTime": rfc3339(T0)}}
+        assert c.api.demands["default/proxy-a"]["metadata"]["labels"] == {"flexinfer.ai/proxy": "proxy-a"}
+        assert c.api.objects == before
         assert rfc3339(T0) == "2025-06-01T12:00:00.000000Z"
 
 
@@ -90,14 +97,14 @@ async def test_a_burst_of_signals_shares_one_patch() -> None:
         await asyncio.sleep(0.01)
         c.api.patch_gate.set()
         await asyncio.gather(*burst)
-        assert len(c.api.patches) == 1 and c.demand.patches == 1
+        assert len(c.api.demand_writes) == 1 and c.demand.patches == 1
 
 
 async def test_conflicts_are_retried() -> None:
     async with cluster(model_body("m")) as c:
         c.api.patch_failures = [KubeApiError("conflict", 409), KubeApiError("unavailable", 503)]
         await c.demand.signal(c.model())
-        assert len(c.api.patches) == 1
+        assert len(c.api.demand_writes) == 1
 
 
 async def test_persistent_failure_is_an_engine_error_unless_demand_is_fresh() -> None:
@@ -105,10 +112,14 @@ async def test_persistent_failure_is_an_engine_error_unless_demand_is_fresh() ->
         c.api.patch_failures = [KubeApiError("conflict", 409)] * 3
         with pytest.raises(EngineError, match="cannot signal demand"):
             await c.demand.signal(c.model())
-        await c.api.set_status("m", {"lastActiveTime": rfc3339(T0 - timedelta(seconds=10))})
-        await c.seen(lambda s: s.get("default/m").status.last_active_time is not None)  # type: ignore[union-attr]
+        await c.demand.signal(c.model())  # delivered at T0
+        c.clock.offset = 10
         c.api.patch_failures = [KubeApiError("conflict", 409)] * 3
-        await c.demand.signal(c.model())
+        await c.demand.signal(c.model())  # fails, but our demand of 10 s ago still stands
+        c.clock.offset = 40
+        c.api.patch_failures = [KubeApiError("conflict", 409)] * 3
+        with pytest.raises(EngineError, match="cannot signal demand"):
+            await c.demand.signal(c.model())
 
 
 async def test_forbidden_is_not_retried() -> None:
@@ -123,29 +134,29 @@ async def test_keep_alive_patches_at_most_once_a_minute() -> None:
     async with cluster(model_body("m", phase="Ready")) as c:
         for _ in range(5):
             c.demand.keep_alive(c.model())
-        await c.seen(lambda _: len(c.api.patches) == 1)
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
         c.clock.offset = 30
         c.demand.keep_alive(c.model())
         c.clock.offset = 61
         c.demand.keep_alive(c.model())
-        await c.seen(lambda _: len(c.api.patches) == 2)
+        await c.seen(lambda _: len(c.api.demand_writes) == 2)
         await asyncio.sleep(0.02)
-        assert len(c.api.patches) == 2
+        assert len(c.api.demand_writes) == 2
 
 
-async def test_keep_alive_skips_when_another_replica_wrote_recently() -> None:
+async def test_keep_alive_skips_when_this_replica_signalled_recently() -> None:
     async with cluster(model_body("m", phase="Ready")) as c:
-        await c.api.set_status("m", {"lastActiveTime": rfc3339(T0 - timedelta(seconds=20))})
-        await c.seen(lambda s: s.get("default/m").status.last_active_time is not None)  # type: ignore[union-attr]
+        await c.demand.signal(c.model())
+        c.clock.offset = 20
         c.demand.keep_alive(c.model())
         await asyncio.sleep(0.02)
-        assert c.api.patches == []
+        assert len(c.api.demand_writes) == 1
 
 
 async def test_start_signals_demand_then_returns_when_the_watch_reports_ready() -> None:
     async with cluster(model_body("m", phase="Idle")) as c:
         start = asyncio.create_task(c.engine().start(c.model(), no_report))
-        await c.seen(lambda _: len(c.api.patches) == 1)
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"phase": "Loading"})
         await c.api.set_status("m", {"phase": "Ready"})  # Ready without an endpoint is not enough
         await asyncio.sleep(0.02)
@@ -165,7 +176,7 @@ async def test_endpoint_override_is_used_only_when_enabled() -> None:
 async def test_failed_is_an_engine_error_with_the_status_message() -> None:
     async with cluster(model_body("m", phase="Pending")) as c:
         start = asyncio.create_task(c.engine().start(c.model(), no_report))
-        await c.seen(lambda _: len(c.api.patches) == 1)
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"phase": "Failed", "message": "image pull back-off"})
         with pytest.raises(EngineError, match="image pull back-off"):
             await asyncio.wait_for(start, 2)
@@ -195,7 +206,7 @@ async def test_progress_moves_the_stall_deadline() -> None:
     doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.9)))
     async with cluster(doc) as c:
         start = asyncio.create_task(c.engine().start(c.model(), no_report))
-        await c.seen(lambda _: len(c.api.patches) == 1)
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"loadingProgressAt": rfc3339(T0 + timedelta(seconds=1))})
         await c.seen(lambda _: c.model().status.loading_progress_at == T0 + timedelta(seconds=1))
         c.clock.offset = 5.0  # past the first deadline (T0 + 0.1 s), far before the new one (T0 + 121 s)
@@ -209,7 +220,7 @@ async def test_deleted_while_waiting_and_cold_start_budget_are_engine_errors() -
     async with cluster(model_body("m", phase="Idle"), model_body("slow", phase="Idle",
                                                                  serverless={"coldStartTimeout": "200ms"})) as c:
         start = asyncio.create_task(c.engine().start(c.model(), no_report))
-        await c.seen(lambda _: len(c.api.patches) == 1)
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.remove("m")
         with pytest.raises(EngineError, match="deleted"):
             await asyncio.wait_for(start, 2)
@@ -228,14 +239,14 @@ async def test_a_model_held_behind_a_warm_primary_fails_fast() -> None:
 async def test_stop_does_nothing() -> None:
     async with cluster(model_body("m", phase="Ready")) as c:
         await c.engine().stop(c.model())
-        assert c.api.patches == []
+        assert c.api.demand_writes == []
 
 
 async def test_each_new_loading_stage_the_manager_writes_is_reported_once() -> None:
     async with cluster(model_body("m", phase="Idle")) as c:
         reported: list[str] = []
         start = asyncio.create_task(c.engine().start(c.model(), reported.append))
-        await c.seen(lambda _: len(c.api.patches) == 1)
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
         for substage, message in (("ImagePulling", "pulling"), ("Initializing", "model running"),
                                   ("LoadingWeights", "loading weights (1/4 shards)"),
                                   ("LoadingWeights", "loading weights (2/4 shards)"),

@@ -50,7 +50,7 @@ async def test_status_and_logs() -> None:
             "phase": "Ready", "queue_depth": 2, "in_flight": 1, "endpoint": "http://127.0.0.1:5000",
             "last_swap_age": 3.5, "draining": False, "pid": 1234}]
         logs = await (await http.get("/admin/logs/alpha", params={"tail": "2"})).json()
-        assert logs == {"model": "default/alpha", "lines": ["two", "three"]}
+        assert logs == {"model": "default/alpha", "lines": ["two", "three"], "started": True}
         assert (await http.get("/admin/logs/default/alpha")).status == 200
         assert (await http.get("/admin/logs/alpha", params={"tail": "-1"})).status == 400
     finally:

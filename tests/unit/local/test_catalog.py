@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from flexinfer.api.key import ModelKey
+from flexinfer.core.errors import AmbiguousModelError
 from flexinfer.local.catalog import ManifestCatalog
 from support.local_processes import make_model
 
@@ -41,9 +45,15 @@ def test_view_fields() -> None:
     assert [v.name for v in cat.models()] == ["alpha", "beta", "parked"]
 
 
-def test_same_name_in_two_namespaces_needs_the_key() -> None:
+def test_same_name_in_two_namespaces_is_ambiguous_and_each_key_resolves() -> None:
     a = make_model("same", "file:///a")
     b = a.model_copy(update={"metadata": a.metadata.model_copy(update={"namespace": "other"})})
     cat = ManifestCatalog([a, b])
-    assert cat.resolve("same") is None
-    assert cat.resolve("other/same").namespace == "other"
+    with pytest.raises(AmbiguousModelError) as ambiguous:
+        cat.resolve("same")
+    assert ambiguous.value.candidates == ("default/same", "other/same")
+    with pytest.raises(AmbiguousModelError):
+        cat.key("same")
+    assert cat.resolve("other/same").key == "other/same"
+    assert cat.resolve("default/same").key == "default/same"
+    assert cat.key("other/same") == ModelKey("other", "same")

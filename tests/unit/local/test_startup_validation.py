@@ -1,24 +1,28 @@
-"""Start-up notes for `serve`: problems are reported, never fatal."""
+"""The shared manifest check as ``serve`` runs it: every problem is reported (never fatal there), with the
+machine checks for every source."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from flexinfer.local.validation import check_models
+from flexinfer.api import Manifest
+from flexinfer.local.validation import check_manifests
 from support.local_processes import make_model
 
 
 class Nothing:
+    """Only a ``srv`` program is installed."""
+
     python = "/py"
 
     def which(self, name: str) -> str | None:
-        return None
+        return "/bin/srv" if name == "srv" else None
 
     def has_module(self, name: str) -> bool:
         return False
 
 
-def test_notes_name_each_problem(tmp_path: Path) -> None:
+def test_problems_name_each_model_and_field(tmp_path: Path) -> None:
     weights = tmp_path / "w.gguf"
     weights.write_bytes(b"x")
     models = [
@@ -26,11 +30,20 @@ def test_notes_name_each_problem(tmp_path: Path) -> None:
         make_model("remote", "hf://org/m", {"command": ["srv"]}),
         make_model("gone", (tmp_path / "gone.gguf").as_uri(), {"command": ["srv"]}),
         make_model("nobackend", weights.as_uri()),
-        make_model("ok", weights.as_uri(), {"command": ["srv", "{port}"]}),
+        make_model("badargs", weights.as_uri(), {"args": "--ctx 5"}),
+        make_model("noprogram", weights.as_uri(), {"command": ["my-server", "{port}"]}),
     ]
-    notes = check_models(models, Nothing(), tmp_path)
-    assert [n.model for n in notes] == ["default/remote", "default/gone", "default/nobackend", "default/ok"]
-    assert "local mode cannot fetch" in notes[0].message
-    assert "weights not found" in notes[1].message
-    assert "no llamacpp backend is installed" in notes[2].message
-    assert "defined more than once" in notes[3].message
+    manifests = [Manifest(model, "m.yaml", index) for index, model in enumerate(models)]
+    problems = check_manifests(manifests, Nothing(), tmp_path, every_source=True)
+    assert [p.document for p in problems] == [4, 1, 2, 3, 5]
+    assert problems[0].message.startswith("spec.config.args must be a list of strings")
+    assert "local mode cannot fetch" in problems[1].message
+    assert "weights not found" in problems[2].message
+    assert "no llamacpp backend is installed" in problems[3].message
+    assert problems[4].message == "cannot start 'my-server' (spec.config.command): no such program on PATH"
+
+
+def test_offline_skips_the_machine_checks(tmp_path: Path) -> None:
+    manifests = [Manifest(make_model("gone", (tmp_path / "gone.gguf").as_uri()), "m.yaml", 0)]
+    assert check_manifests(manifests, None, tmp_path) == []
+    assert check_manifests(manifests, Nothing(), tmp_path) != []

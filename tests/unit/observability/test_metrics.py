@@ -11,7 +11,7 @@ from flexinfer.core.lifecycle_clock import STAGE_NAMES
 from flexinfer.observability.metrics import REQUEST_STATUSES, LifecycleMetrics, ProxyMetrics
 from flexinfer.runtime.dispatcher import Dispatcher
 from support.prometheus import check_metrics
-from support.recording_engine import FakeClock, RecordingEngine, make_model
+from support.recording_engine import FakeClock, RecordingEngine, key, make_model
 
 LAT = {"model": "a", "namespace": "default", "backend": "llamacpp"}
 
@@ -26,10 +26,10 @@ async def scripted_swap(registry: CollectorRegistry) -> LifecycleMetrics:
     metrics = LifecycleMetrics(registry)
     a, b = make_model("a", group="g", priority=200), make_model("b", group="g", priority=100)
     async with Dispatcher(engine, [a, b], clock=clock, auto_tick=False, observer=metrics) as d:
-        (await d.acquire("b")).release()
+        (await d.acquire(key("b"))).release()
         clock.advance(100)
         engine.hold(a.key)
-        pending = asyncio.ensure_future(d.acquire("a"))
+        pending = asyncio.ensure_future(d.acquire(key("a")))
         await engine.wait_call("start", a.key)
         clock.advance(35)
         engine.open(a.key)
@@ -85,25 +85,40 @@ def test_reconcile_metrics() -> None:
 
 def test_proxy_metrics_label_only_declared_models() -> None:
     registry = CollectorRegistry()
-    proxy = ProxyMetrics(registry, ["a"])
-    assert value(registry, "flexinfer_proxy_requests_total", model="a", status="success") == 0
-    proxy.request_finished("a", "success", 0.3)
-    proxy.request_finished("nope", "error", 0.1)
+    proxy = ProxyMetrics(registry, ["default/a"])
+    a = {"model": "a", "namespace": "default"}
+    assert value(registry, "flexinfer_proxy_requests_total", **a, status="success") == 0
+    proxy.request_finished("default/a", "success", 0.3)
+    proxy.request_finished("default/nope", "error", 0.1)
     proxy.request_finished(None, "weird-status", 0.1)
-    assert value(registry, "flexinfer_proxy_requests_total", model="", status="error") == 2
-    proxy.wait_started("a")
-    assert value(registry, "flexinfer_proxy_queue_depth", model="a") == 1
-    proxy.wait_finished("a", 4.0, "granted")
-    proxy.activation_finished("a", 4.0, "granted")
-    proxy.wait_started("a")
-    proxy.wait_finished("a", 2.0, "rejected")
-    proxy.activation_finished("a", 2.0, "cancelled")
-    assert value(registry, "flexinfer_proxy_queue_depth", model="a") == 0
-    assert value(registry, "flexinfer_proxy_queue_rejected_total", model="a") == 1
-    assert value(registry, "flexinfer_proxy_activation_duration_seconds_sum", model="a", result="success") == 4
-    assert value(registry, "flexinfer_proxy_queue_wait_duration_seconds_count", model="a") == 2
-    proxy.declare_models(["b"])
+    assert value(registry, "flexinfer_proxy_requests_total", model="", namespace="", status="error") == 2
+    proxy.wait_started("default/a")
+    assert value(registry, "flexinfer_proxy_queue_depth", **a) == 1
+    proxy.wait_finished("default/a", 4.0, "granted")
+    proxy.activation_finished("default/a", 4.0, "granted")
+    proxy.wait_started("default/a")
+    proxy.wait_finished("default/a", 2.0, "rejected")
+    proxy.activation_finished("default/a", 2.0, "cancelled")
+    assert value(registry, "flexinfer_proxy_queue_depth", **a) == 0
+    assert value(registry, "flexinfer_proxy_queue_rejected_total", **a) == 1
+    assert value(registry, "flexinfer_proxy_activation_duration_seconds_sum", **a, result="success") == 4
+    assert value(registry, "flexinfer_proxy_queue_wait_duration_seconds_count", **a) == 2
+    proxy.declare_models(["default/b"])
     assert 'model="a"' not in generate_latest(registry).decode()
+
+
+def test_proxy_metrics_keep_one_name_in_two_namespaces_apart() -> None:
+    registry = CollectorRegistry()
+    proxy = ProxyMetrics(registry, ["default/chat", "team-b/chat"])
+    proxy.request_finished("team-b/chat", "success", 0.2)
+    proxy.connection_opened("default/chat")
+    assert value(registry, "flexinfer_proxy_requests_total", model="chat", namespace="team-b", status="success") == 1
+    assert value(registry, "flexinfer_proxy_requests_total", model="chat", namespace="default", status="success") == 0
+    assert value(registry, "flexinfer_proxy_active_connections", model="chat", namespace="default") == 1
+    assert value(registry, "flexinfer_proxy_active_connections", model="chat", namespace="team-b") == 0
+    proxy.declare_models(["default/chat"])
+    text = generate_latest(registry).decode()
+    assert 'namespace="team-b"' not in text and 'model="chat",namespace="default"' in text
 
 
 async def test_exposition_passes_promtool() -> None:
@@ -183,19 +198,21 @@ async def test_the_local_engine_declares_models_before_any_event_and_forgets_rem
 
 def test_proxy_declares_every_bounded_series_at_zero_and_drops_them_with_the_model() -> None:
     registry = CollectorRegistry()
-    proxy = ProxyMetrics(registry, ["a"])
+    proxy = ProxyMetrics(registry, ["default/a"])
     for status in REQUEST_STATUSES:
-        assert value(registry, "flexinfer_proxy_requests_total", model="a", status=status) == 0
+        assert value(registry, "flexinfer_proxy_requests_total", model="a", namespace="default", status=status) == 0
     for result in ("success", "failure"):
-        assert value(registry, "flexinfer_proxy_activation_duration_seconds_count", model="a", result=result) == 0
+        assert value(registry, "flexinfer_proxy_activation_duration_seconds_count", model="a", namespace="default",
+                     result=result) == 0
     for scope in ("model", "global"):
-        assert value(registry, "flexinfer_proxy_rate_limited_total", model="a", scope=scope) == 0
+        assert value(registry, "flexinfer_proxy_rate_limited_total", model="a", namespace="default", scope=scope) == 0
     for name in ("flexinfer_proxy_request_duration_seconds_count", "flexinfer_proxy_queue_wait_duration_seconds_count",
                  "flexinfer_proxy_queued_requests_total", "flexinfer_proxy_queue_rejected_total",
                  "flexinfer_proxy_queue_depth", "flexinfer_proxy_active_connections"):
-        assert value(registry, name, model="a") == 0, name
-    assert value(registry, "flexinfer_proxy_requests_total", model="", status="error") == 0
-    assert value(registry, "flexinfer_proxy_request_duration_seconds_bucket", model="a", le="600.0") == 0
+        assert value(registry, name, model="a", namespace="default") == 0, name
+    assert value(registry, "flexinfer_proxy_requests_total", model="", namespace="", status="error") == 0
+    a = {"model": "a", "namespace": "default"}
+    assert value(registry, "flexinfer_proxy_request_duration_seconds_bucket", **a, le="600.0") == 0
     proxy.declare_models([])
     assert not series(registry, 'model="a"')
 
@@ -203,11 +220,11 @@ def test_proxy_declares_every_bounded_series_at_zero_and_drops_them_with_the_mod
 def test_request_duration_buckets_fit_llm_requests() -> None:
     """A 44 s chat and a 9-minute stream land in finite buckets that tell them apart (not all in ``+Inf``)."""
     registry = CollectorRegistry()
-    proxy = ProxyMetrics(registry, ["a"])
-    proxy.request_finished("a", "success", 44.0)
-    proxy.request_finished("a", "success", 540.0)
+    proxy = ProxyMetrics(registry, ["default/a"])
+    proxy.request_finished("default/a", "success", 44.0)
+    proxy.request_finished("default/a", "success", 540.0)
     bucket = "flexinfer_proxy_request_duration_seconds_bucket"
-    assert value(registry, bucket, model="a", le="30.0") == 0
-    assert value(registry, bucket, model="a", le="60.0") == 1
-    assert value(registry, bucket, model="a", le="450.0") == 1
-    assert value(registry, bucket, model="a", le="600.0") == 2
+    assert value(registry, bucket, model="a", namespace="default", le="30.0") == 0
+    assert value(registry, bucket, model="a", namespace="default", le="60.0") == 1
+    assert value(registry, bucket, model="a", namespace="default", le="450.0") == 1
+    assert value(registry, bucket, model="a", namespace="default", le="600.0") == 2

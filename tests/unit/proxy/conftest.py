@@ -13,24 +13,25 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
+from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import RequestError
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer
-from flexinfer.runtime.ports import Endpoint, Grant, ModelView
+from flexinfer.runtime.ports import Catalog, Endpoint, Grant, ModelView
 from support.fake_openai import FakeOpenAI, Script
 from support.polling import eventually
 
 
 class StubCatalog:
-    """Models by name, resolvable by their aliases too."""
+    """Models by name or key, resolvable by their aliases too."""
 
     def __init__(self, views: Sequence[ModelView]) -> None:
         self.views = list(views)
 
     def resolve(self, name: str) -> ModelView | None:
         for view in self.views:
-            if name == view.name or name in view.aliases:
+            if name in (view.name, view.key) or name in view.aliases:
                 return view
         return None
 
@@ -40,8 +41,9 @@ class StubCatalog:
 
 @dataclass
 class StubActivator:
-    """Grants at once unless scripted: ``gates[model]`` makes requests wait (calling on_wait) until the event
-    is set; ``errors[model]`` raises after the wait. Counts every grant's releases."""
+    """Grants at once unless scripted: ``gates[name]`` makes requests wait (calling on_wait) until the event
+    is set; ``errors[name]`` raises after the wait. Counts every grant's releases and records the keys asked
+    for (the proxy hands the activator resolved keys)."""
 
     base_url: str = ""
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -51,11 +53,13 @@ class StubActivator:
     releases: Counter[int] = field(default_factory=Counter)
     waiting: asyncio.Event = field(default_factory=asyncio.Event)
     timeouts: list[float | None] = field(default_factory=list)
+    keys: list[ModelKey] = field(default_factory=list)
 
-    async def acquire(self, model: str, timeout: float | None = None,
+    async def acquire(self, model: ModelKey, timeout: float | None = None,
                       on_wait: Callable[[str], None] | None = None) -> Grant:
         self.timeouts.append(timeout)
-        gate = self.gates.get(model)
+        self.keys.append(model)
+        gate = self.gates.get(model.name)
         if gate is not None and not gate.is_set():
             if on_wait is not None:
                 on_wait("cold_start")
@@ -65,8 +69,8 @@ class StubActivator:
             except asyncio.CancelledError:
                 self.withdrawn += 1
                 raise
-        if model in self.errors:
-            raise self.errors[model]
+        if model.name in self.errors:
+            raise self.errors[model.name]
         self.acquired += 1
         number = self.acquired
         self.releases[number] += 0
@@ -106,7 +110,7 @@ class Proxy:
 
     url: str
     activator: StubActivator
-    catalog: StubCatalog
+    catalog: StubCatalog | Catalog
     server: ProxyServer
     session: aiohttp.ClientSession
     registry: CollectorRegistry
@@ -120,10 +124,11 @@ async def make_proxy(fake: FakeOpenAI) -> AsyncIterator[ProxyFactory]:
     started: list[Proxy] = []
 
     async def factory(config: ProxyConfig | None = None, *, metrics: ProxyMetrics | None = None,
-                      tracer: ProxyTracer | None = None, **overrides: object) -> Proxy:
+                      tracer: ProxyTracer | None = None, catalog: Catalog | None = None,
+                      registry: CollectorRegistry | None = None, **overrides: object) -> Proxy:
         cfg = replace(config or ProxyConfig(shutdown_drain_delay=0.0, loading_comment_interval=0.05), **overrides)
         activator = StubActivator(base_url=fake.base_url)
-        catalog, registry = StubCatalog(DEFAULT_VIEWS), CollectorRegistry()
+        catalog, registry = catalog or StubCatalog(DEFAULT_VIEWS), registry or CollectorRegistry()
         app = create_app(cfg, activator, catalog, registry=registry, metrics=metrics, tracer=tracer)
         server = ProxyServer(app, cfg)
         port = await server.start("127.0.0.1", 0)

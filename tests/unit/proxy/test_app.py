@@ -89,8 +89,9 @@ async def test_metric_calls_use_bounded_model_labels(make_proxy):
         async with proxy.session.post(proxy.url + CHAT, json={"model": model}) as response:
             await response.read()
     finished = [call[1:3] for call in metrics.calls if call[0] == "request_finished"]
-    assert finished == [("alpha", "success"), (None, "error"), ("sleepy", "parked")]
-    assert ("connection_opened", "alpha") in metrics.calls and ("connection_closed", "alpha") in metrics.calls
+    assert finished == [("default/alpha", "success"), (None, "error"), ("default/sleepy", "parked")]
+    assert ("connection_opened", "default/alpha") in metrics.calls
+    assert ("connection_closed", "default/alpha") in metrics.calls
 
 
 async def chat_after_activation(proxy, model: str) -> int:
@@ -111,7 +112,7 @@ async def test_wait_metrics_recorded_for_waiting_requests(make_proxy):
     names = [call[0] for call in metrics.calls]
     assert names.index("wait_started") < names.index("wait_finished") < names.index("connection_opened")
     waited = next(call for call in metrics.calls if call[0] == "wait_finished")
-    assert waited[1] == "alpha" and waited[3] == "granted"
+    assert waited[1] == "default/alpha" and waited[3] == "granted"
 
 
 class RecordingSpan:

@@ -207,14 +207,14 @@ BACKGROUND = {"X-FlexInfer-Internal-Workload-Class": "Background"}
 
 async def test_background_request_for_a_model_that_is_not_ready_is_503_and_never_activates(make_proxy):
     registry = CollectorRegistry()
-    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["beta"]))
+    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["default/beta"]))
     proxy.catalog.views = [replace(v, phase="Idle") if v.name == "beta" else v for v in proxy.catalog.views]
     status, _, body = await _post(proxy, json={"model": "beta"}, headers=BACKGROUND)
     assert status == 503
     _assert_envelope(body, "service_unavailable_error", "model_not_ready")
-    assert "'beta' is Idle" in body["error"]["message"]
+    assert "'default/beta' is Idle" in body["error"]["message"]
     assert proxy.activator.timeouts == []
-    labels = {"model": "beta", "status": "background_not_ready"}
+    labels = {"model": "beta", "namespace": "default", "status": "background_not_ready"}
     assert registry.get_sample_value("flexinfer_proxy_requests_total", labels) == 1
 
 

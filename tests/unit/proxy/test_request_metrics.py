@@ -16,7 +16,7 @@ STREAM = {"model": "alpha", "stream": True}
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
-    return registry.get_sample_value(name, {"model": "alpha", **labels})
+    return registry.get_sample_value(name, {"model": "alpha", "namespace": "default", **labels})
 
 
 async def _read_until(stream: aiohttp.StreamReader, marker: bytes) -> None:
@@ -30,7 +30,7 @@ async def _read_until(stream: aiohttp.StreamReader, marker: bytes) -> None:
 async def test_a_client_that_leaves_mid_stream_counts_as_cancelled_not_error(make_proxy, fake):
     registry = CollectorRegistry()
     fake.hold_after_first_chunk = asyncio.Event()
-    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["alpha"]))
+    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["default/alpha"]))
     response = await proxy.session.post(proxy.url + CHAT, json=STREAM)
     await _read_until(response.content, b"tok0")
     response.close()
@@ -41,7 +41,7 @@ async def test_a_client_that_leaves_mid_stream_counts_as_cancelled_not_error(mak
 
 async def test_a_client_that_leaves_while_waiting_counts_as_cancelled(make_proxy):
     registry = CollectorRegistry()
-    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["alpha"]))
+    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["default/alpha"]))
     proxy.activator.gates["alpha"] = asyncio.Event()
     request = asyncio.ensure_future(proxy.session.post(proxy.url + CHAT, json={"model": "alpha"}))
     await eventually(lambda: sample(registry, "flexinfer_proxy_queue_depth") == 1)
@@ -56,7 +56,7 @@ async def test_requests_held_by_the_concurrency_cap_are_waiting_requests(make_pr
     """Cap 1 and N parallel streams: while the first streams, N-1 wait for the slot and the queue shows them."""
     registry, parallel = CollectorRegistry(), 4
     fake.hold_after_first_chunk = asyncio.Event()
-    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["alpha"]), max_concurrency_per_model=1)
+    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["default/alpha"]), max_concurrency_per_model=1)
 
     async def stream() -> bytes:
         async with proxy.session.post(proxy.url + CHAT, json=STREAM) as response:
@@ -79,7 +79,7 @@ async def test_a_wait_at_both_gates_is_one_wait(make_proxy, fake):
     request is one waiting request, and only the activation wait adds an activation sample."""
     registry, parallel = CollectorRegistry(), 3
     fake.hold_after_first_chunk = asyncio.Event()
-    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["alpha"]), max_concurrency_per_model=1)
+    proxy = await make_proxy(metrics=ProxyMetrics(registry, ["default/alpha"]), max_concurrency_per_model=1)
     proxy.activator.gates["alpha"] = gate = asyncio.Event()
 
     async def stream() -> bytes:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from flexinfer.core.errors import BadRequestError
-from flexinfer.proxy.routing import rewrite_body, route, split_model_prefix
+from flexinfer.proxy.routing import path_key_candidate, rewrite_body, route, split_model_prefix
 
 BODY = json.dumps({"model": "in-body", "stream": True}).encode()
 
@@ -47,6 +47,22 @@ def test_garbage_body_is_only_an_error_when_the_model_comes_from_it():
 ])
 def test_split_model_prefix(path, expected):
     assert split_model_prefix(path) == expected
+
+
+@pytest.mark.parametrize("path,candidate", [
+    ("/model/team-b/chat/v1/x", "team-b/chat"), ("/model/team-b/chat", "team-b/chat"),
+    ("/model/chat/v1", "chat/v1"), ("/model/chat", None), ("/model/chat/", None), ("/v1/x", None),
+])
+def test_path_key_candidate(path, candidate):
+    assert path_key_candidate(path) == candidate
+
+
+def test_a_confirmed_key_in_the_path_names_the_model_else_the_first_segment_does():
+    routed = route({}, "/model/team-b/chat/v1/chat/completions", "a=1", BODY, path_key="team-b/chat")
+    assert (routed.model, routed.source, routed.upstream_path) == ("team-b/chat", "path", "/v1/chat/completions?a=1")
+    assert split_model_prefix("/model/team-b/chat", "team-b/chat") == ("/", "team-b/chat")
+    assert split_model_prefix("/model/chat/v1/x", None) == ("/v1/x", "chat")
+    assert split_model_prefix("/model/chat/v1/x", "other/key") == ("/v1/x", "chat")
 
 
 def test_rewrite_body_sets_served_name_and_keeps_other_fields():

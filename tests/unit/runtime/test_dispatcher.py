@@ -18,7 +18,7 @@ from flexinfer.core.errors import (
 )
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import ActivationRecord, NullObserver
-from support.recording_engine import FakeClock, RecordingEngine, make_model
+from support.recording_engine import FakeClock, RecordingEngine, key, make_model
 
 POLICY = ArbiterPolicy(max_wait=30, min_hold=0, drain_timeout=20, cold_start_timeout=60, queue_limit=2)
 A, B = "default/a", "default/b"
@@ -45,7 +45,7 @@ async def test_joiners_share_one_start_and_on_wait_fires_once(engine: RecordingE
     async with pair(engine, clock, observer=records) as d:
         async def call(rid: str) -> float:
             request_id.set(rid)
-            grant = await d.acquire("a", on_wait=reasons.append)
+            grant = await d.acquire(key("a"), on_wait=reasons.append)
             grant.release()
             return grant.waited_seconds
         tasks = [asyncio.create_task(call(f"r{i}")) for i in range(2)]
@@ -62,8 +62,8 @@ async def test_joiners_share_one_start_and_on_wait_fires_once(engine: RecordingE
 
 async def test_swap_waits_for_in_flight_then_starts_winner(engine: RecordingEngine, clock: FakeClock) -> None:
     async with pair(engine, clock) as d:
-        grant_a = await d.acquire("a")
-        waiting_b = asyncio.create_task(d.acquire("b"))
+        grant_a = await d.acquire(key("a"))
+        waiting_b = asyncio.create_task(d.acquire(key("b")))
         await d.wait_for(lambda: d.snapshot()[0].draining, 5)
         assert engine.count("stop", A) == 0, "in-flight request on a: no stop yet"
         grant_a.release()
@@ -78,8 +78,8 @@ async def test_swap_waits_for_in_flight_then_starts_winner(engine: RecordingEngi
 
 async def test_drain_timeout_stops_a_stuck_incumbent(engine: RecordingEngine, clock: FakeClock) -> None:
     async with pair(engine, clock) as d:
-        await d.acquire("a")  # never released
-        waiting_b = asyncio.create_task(d.acquire("b"))
+        await d.acquire(key("a"))  # never released
+        waiting_b = asyncio.create_task(d.acquire(key("b")))
         await d.wait_for(lambda: d.snapshot()[0].draining, 5)
         assert d.next_wake == clock.now + 20
         clock.advance(20)
@@ -91,7 +91,7 @@ async def test_drain_timeout_stops_a_stuck_incumbent(engine: RecordingEngine, cl
 async def test_cancelled_waiter_is_withdrawn(engine: RecordingEngine, clock: FakeClock) -> None:
     engine.hold(A)
     async with pair(engine, clock) as d:
-        task = asyncio.create_task(d.acquire("a"))
+        task = asyncio.create_task(d.acquire(key("a")))
         await engine.wait_call("start", A)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -106,11 +106,11 @@ async def test_errors_are_typed(engine: RecordingEngine, clock: FakeClock) -> No
     engine.hold(A)
     async with pair(engine, clock) as d:
         with pytest.raises(ModelNotFoundError):
-            await d.acquire("zzz")
-        waiting = [asyncio.create_task(d.acquire("a")) for _ in range(2)]
+            await d.acquire(key("zzz"))
+        waiting = [asyncio.create_task(d.acquire(key("a"))) for _ in range(2)]
         await d.wait_for(lambda: d.snapshot()[0].queue_depth == 2, 5)
         with pytest.raises(QueueFullError):
-            await d.acquire("a")
+            await d.acquire(key("a"))
         clock.advance(60)
         await d.tick()
         for task in waiting:
@@ -123,28 +123,28 @@ async def test_start_failure_rejects_with_model_failed(engine: RecordingEngine, 
     engine.fail_next(A, "weights missing")
     async with pair(engine, clock) as d:
         with pytest.raises(ModelFailedError, match="weights missing"):
-            await d.acquire("a")
+            await d.acquire(key("a"))
         assert d.snapshot()[0].phase == "Failed"
 
 
 async def test_preload_unload_replace_and_shutdown(engine: RecordingEngine, clock: FakeClock) -> None:
     d = pair(engine, clock)
     d.start()
-    assert await d.preload("a", wait=True, timeout=5) == "Ready"
-    await d.unload("a")
+    assert await d.preload(key("a"), wait=True, timeout=5) == "Ready"
+    await d.unload(key("a"))
     await engine.wait_call("stop", A)
     await d.replace_models([make_model("b", group="g", priority=200)])
     assert [s.name for s in d.snapshot()] == ["b"]
-    grant = await d.acquire("b")
+    grant = await d.acquire(key("b"))
     waiting = asyncio.create_task(d.shutdown(drain_timeout=5))
     await d.wait_for(lambda: d.snapshot()[0].draining, 5)
     with pytest.raises(ShuttingDownError):
-        await d.acquire("b")
+        await d.acquire(key("b"))
     grant.release()
     await waiting
     assert engine.running == set()
     with pytest.raises(ShuttingDownError):
-        await d.acquire("b")
+        await d.acquire(key("b"))
 
 
 async def test_auto_tick_fires_deadlines_on_the_real_clock(engine: RecordingEngine) -> None:
@@ -152,5 +152,18 @@ async def test_auto_tick_fires_deadlines_on_the_real_clock(engine: RecordingEngi
     models = [make_model("a", coldStartTimeout="50ms")]
     async with Dispatcher(engine, models) as d:
         with pytest.raises(ColdStartTimeoutError):
-            await asyncio.wait_for(d.acquire("a"), 5)
+            await asyncio.wait_for(d.acquire(key("a")), 5)
         engine.open(A)
+
+
+async def test_one_name_in_two_namespaces_each_key_starts_and_grants_its_own_model(
+        engine: RecordingEngine, clock: FakeClock) -> None:
+    chat = make_model("chat")
+    team_b = chat.model_copy(update={"metadata": chat.metadata.model_copy(update={"namespace": "team-b"})})
+    async with Dispatcher(engine, [chat, team_b], policy=POLICY, clock=clock, auto_tick=False) as d:
+        grant = await d.acquire(key("team-b/chat"))
+        assert grant.model == "team-b/chat" and grant.model.namespace == "team-b"
+        assert [c for c in engine.calls if c[0] == "start"] == [("start", "team-b/chat")]
+        grant.release()
+        assert await d.preload(key("default/chat"), wait=True, timeout=5) == "Ready"
+        assert {s.key: s.phase for s in d.snapshot()} == {"default/chat": "Ready", "team-b/chat": "Ready"}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from flexinfer.runtime.dispatcher import Dispatcher
-from support.recording_engine import FakeClock, RecordingEngine, make_model
+from support.recording_engine import FakeClock, RecordingEngine, key, make_model
 
 
 async def test_cold_start_grants_after_ready(engine: RecordingEngine, clock: FakeClock) -> None:
     model = make_model("tiny")
     async with Dispatcher(engine, [model], clock=clock, auto_tick=False) as d:
-        grant = await d.acquire("tiny")
+        grant = await d.acquire(key("tiny"))
         assert grant.endpoint.base_url == "http://fake.invalid/tiny"
         assert grant.activation == "cold_start"
         assert d.snapshot()[0].in_flight == 1
