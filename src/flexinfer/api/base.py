@@ -55,11 +55,12 @@ Quantity = Annotated[
 
 
 class ApiModel(BaseModel):
-    """Base of every spec type: camelCase keys, unknown keys rejected, names usable in Python."""
+    """Base of every spec type: camelCase keys, unknown keys rejected, names usable in Python. A docstring
+    under a field is its description (CRD schema, ``docs/reference/models.md``)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
-        validate_default=False,
+        validate_default=False, use_attribute_docstrings=True,
     )
 
     def to_dict(self) -> dict[str, Any]:

@@ -42,7 +42,10 @@ from flexinfer.observability.tracing import (
     tracing_settings,
 )
 from flexinfer.proxy.app import ProxyServer, create_app
+from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig, proxy_config
+from flexinfer.proxy.status_page import StatusPage, install
+from flexinfer.runtime.activity import ActivityLog
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment
@@ -119,16 +122,16 @@ class LocalServer:
         return self.engine.settings.close_grace + HURRY_SLACK
 
 
-def _observer(registry: CollectorRegistry, tracing: Tracing) -> LifecycleObserver:
-    observers: list[LifecycleObserver] = [LifecycleMetrics(registry)]
+def _observer(registry: CollectorRegistry, tracing: Tracing, activity: ActivityLog) -> LifecycleObserver:
+    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), activity]
     if tracing.enabled:
         observers.append(TracingObserver(tracing))
     return ObserverGroup(observers)
 
 
 def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher, engine: LocalEngine, *,
-               registry: CollectorRegistry, tracing: Tracing) -> web.Application:
-    """The proxy application over the dispatcher, plus the admin API routes."""
+               registry: CollectorRegistry, tracing: Tracing, activity: ActivityLog) -> web.Application:
+    """The proxy application over the dispatcher, plus the admin API routes and the status page."""
     catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
     app = create_app(config, dispatcher, catalog, registry=registry,
                      metrics=ProxyMetrics(registry, [m.key for m in models]),
@@ -136,6 +139,8 @@ def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher,
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
                      token=config.auth_token if config.auth_enabled else "")
     app.router.add_routes(admin.routes())
+    auth = BearerAuth(config.auth_token if config.auth_enabled else None)
+    install(app, StatusPage(dispatcher.snapshot, activity, auth, "local", logs=engine.logs.tail))
     return app
 
 
@@ -158,9 +163,10 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
     engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage)
     engine.reap_leftovers()
-    dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing))
+    activity = ActivityLog()
+    dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing, activity))
     engine.on_exit = dispatcher.model_exited
-    app = _proxy_app(proxy_cfg, models, dispatcher, engine, registry=registry, tracing=tracing)
+    app = _proxy_app(proxy_cfg, models, dispatcher, engine, registry=registry, tracing=tracing, activity=activity)
     proxy = ProxyServer(app, proxy_cfg)
     dispatcher.start()
     try:
@@ -190,7 +196,7 @@ async def serve_local(paths: Sequence[str | Path], *, host: str, port: int, env:
 
 def _announce(server: LocalServer) -> None:
     print(f"flexinfer serve: listening on {server.url} (OpenAI API at {server.url}/v1, metrics at "
-          f"{server.url}/metrics); Ctrl-C stops", flush=True)
+          f"{server.url}/metrics, status page at {server.url}/ui); Ctrl-C stops", flush=True)
 
 
 async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: int, env: Environment) -> None:

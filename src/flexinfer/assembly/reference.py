@@ -69,13 +69,40 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 
+_ENV_NAME = re.compile(r"\b([A-Z][A-Z0-9_]{2,})\b")
+_DEFAULT_IN_HELP = re.compile(r"\bdefault:?\s+([^;)]+)")
+_TRAILING_VALUE = re.compile(r"\((\d+)\)$")
+
+
 def flag_rows(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, str]]:
-    """(flags, default, help) for every option of ``parser`` except ``--help``."""
+    """(flags, default, help) for every option of ``parser`` except ``--help``. The default is the real
+    one: argparse's own, else that of the environment variable the help names (the flag falls back to it),
+    else ``required``, else what the help text says."""
     for action in parser._actions:  # argparse has no public accessor for its actions
         if isinstance(action, argparse._HelpAction) or not action.option_strings:
             continue
-        default = "" if action.default in (None, argparse.SUPPRESS) else str(action.default)
-        yield ", ".join(action.option_strings), default, (action.help or "").replace("\n", " ")
+        text = (action.help or "").replace("\n", " ")
+        yield ", ".join(action.option_strings), flag_default(action, text), text
+
+
+def flag_default(action: argparse.Action, text: str) -> str:
+    """The default a user gets when the flag is left out, as shown in the reference (Markdown)."""
+    if action.default not in (None, argparse.SUPPRESS, []):
+        return _code(str(action.default))
+    if action.required or "required" in text:
+        return "required"
+    variables = [var for group in GROUPS.values() for var in group.table]
+    flags = [f"`{flag}`" for flag in action.option_strings if flag.startswith("--")]
+    named = [var for var in variables if any(flag in var.description for flag in flags)]
+    if not named and (match := _DEFAULT_IN_HELP.search(text)) is not None:
+        return match.group(1).strip()
+    in_help = set(_ENV_NAME.findall(text))
+    named = named or [var for var in variables if var.name in in_help][-1:]
+    if named:
+        return f"{_code(named[0].default) or 'unset'} (from `{named[0].name}`)"
+    if (match := _TRAILING_VALUE.search(text)) is not None:
+        return _code(match.group(1))
+    return "none"
 
 
 @dataclass(frozen=True)
@@ -166,7 +193,7 @@ def render_markdown(parsers: dict[str, argparse.ArgumentParser], values_file: Pa
         parser = parsers.get(component.command)
         if parser is not None:
             out += ["", "| flag | default | meaning |", "|---|---|---|"]
-            out += [f"| `{f}` | {_code(d)} | {h} |" for f, d, h in flag_rows(parser)]
+            out += [f"| `{f}` | {d} | {h} |" for f, d, h in flag_rows(parser)]
     out += ["", "## Environment variables"]
     for key, group in GROUPS.items():
         users = ", ".join(f"`{c.command}`" for c in COMPONENTS if key in c.groups)
@@ -184,7 +211,7 @@ def _default_cell(var: EnvVar, group: str) -> str:
     """The default, plus the commands that use another one (``5s`` (`serve`: ``0s``))."""
     others = [f"`{c.command}`: {_code(c.default(var))}" for c in COMPONENTS
               if group in c.groups and c.default(var) != var.default]
-    return _code(var.default) + (f" ({'; '.join(others)})" if others else "")
+    return (_code(var.default) or "unset") + (f" ({'; '.join(others)})" if others else "")
 
 
 def _code(text: str) -> str:
