@@ -273,15 +273,20 @@ class Arbiter:
                 self.slots[key] = Slot(model)
                 self._emit(ev.ModelDeclared(model))
                 continue
-            moved = slot.group != Slot(model).group
             if slot.model != model:
                 self._emit(ev.ModelDeclared(model))
-            slot.model = model
-            if moved and slot.running:
-                self._retire(slot, now)
+                self._change(slot, model, now)
         for key, slot in list(self.slots.items()):
             if key not in declared and not slot.removed:
                 self._remove(slot, now)
+
+    def _change(self, slot: Slot, model: Model, now: float) -> None:
+        """A declared model's manifest changed: it forgets its failed starts, and when its server runs (or is
+        loading) that server drains and stops, and the model starts again with the new manifest."""
+        slot.model, slot.failures, slot.retry_at = model, 0, None
+        if slot.running and not slot.stopping:
+            slot.wanted = not self.shutting_down
+            self._retire(slot, now)
 
     def _remove(self, slot: Slot, now: float) -> None:
         slot.removed, slot.wanted = True, False
