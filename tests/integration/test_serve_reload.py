@@ -43,6 +43,11 @@ def status(url: str) -> dict[str, Any]:
     return body
 
 
+def metrics(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
 def pid(url: str, name: str) -> int | None:
     return next((m["pid"] for m in status(url)["models"] if m["name"] == name), None)
 
@@ -152,6 +157,7 @@ async def test_watched_manifests_reload_under_load_without_touching_the_untouche
             added = write_manifests(models / "added.yaml", manifest("added", weights, chunks=150))
             await reloaded(serve.url, 1, "applied")
             assert await answer(client, "added") == "".join(f"tok{i} " for i in range(150))
+            assert 'model="added"' in metrics(serve.url), "the added model's series exist"
 
             write_manifests(changing, manifest("changing", weights, chunks=3))
             await poll_until(lambda: answers(client, "changing", "tok0 tok1 tok2 "), DEADLINE, "the new config")
@@ -178,7 +184,9 @@ async def test_watched_manifests_reload_under_load_without_touching_the_untouche
             assert len([first, *rest]) >= 150, "the removed model's stream in flight finished"
             with pytest.raises(openai.NotFoundError):
                 await answer(client, "added")
-            await poll_until(lambda: asyncio.sleep(0, pid(serve.url, "added") is None), DEADLINE, "added gone")
+            await poll_until(lambda: asyncio.sleep(0, pid(serve.url, "added") is None), DEADLINE, "added stopped")
+            await poll_until(lambda: asyncio.sleep(0, 'model="added"' not in metrics(serve.url)), DEADLINE,
+                             "the removed model's series gone")
         assert load.failures == [] and load.done > 10, (load.failures, load.done)
         assert pid(serve.url, "steady") == steady_pid, "the untouched model's server kept running"
     finally:
@@ -212,6 +220,10 @@ async def test_sighup_reloads_and_an_invalid_edit_keeps_the_previous_configurati
             config = await reloaded(serve.url, 2, "rejected")
             assert config["trigger"] == "signal" and "spec.backend" in config["error"]
             assert config["errors"] == validate_errors(models, tmp_path / "state")
+            shown = CliProcess(["status", "--url", serve.url], serve_env(tmp_path / "state", COLUMNS="1000"))
+            assert shown.finish() == 0
+            assert "(signal): rejected, the previous configuration stays in force" in shown.log
+            assert all(f"error: {error}" in shown.log for error in config["errors"]), shown.log
             assert await answer(client, "added") == "tok0 tok1 "
             assert await answer(client, "changing") == "tok0 tok1 tok2 "
         assert load.failures == [] and load.done > 4, (load.failures, load.done)
