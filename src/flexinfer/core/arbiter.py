@@ -269,12 +269,14 @@ class Arbiter:
         declared = {m.key: m for m in models}
         for key, model in declared.items():
             slot = self.slots.get(key)
-            if slot is None or slot.removed:
+            if slot is None:
                 self.slots[key] = Slot(model)
                 self._emit(ev.ModelDeclared(model))
                 continue
-            if slot.model != model:
+            if slot.removed or slot.model != model:
                 self._emit(ev.ModelDeclared(model))
+            slot.removed = False  # back before its server stopped: the same slot, so one server per model
+            if slot.model != model:
                 self._change(slot, model, now)
         for key, slot in list(self.slots.items()):
             if key not in declared and not slot.removed:

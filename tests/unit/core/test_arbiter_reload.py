@@ -63,3 +63,20 @@ def test_changed_model_forgets_its_failed_starts() -> None:
     h.send(ev.ModelsReplaced((make_model("a", idleTimeout="10m"),)))
     h.request("a")
     assert starts(h) == [A, A], "the fixed manifest starts at once"
+
+
+def test_a_model_removed_and_added_back_while_draining_keeps_its_state_and_starts_once() -> None:
+    a = make_model("a")
+    h = Harness([a], POLICY)
+    ta = bring_up(h, A)
+    h.send(ev.ModelsReplaced(()))
+    h.send(ev.ModelsReplaced((a,)))
+    waiting = h.request("a")
+    assert stops(h) == [] and starts(h) == [A], "still draining its request in flight"
+    h.finish(ta)
+    assert stops(h) == [A]
+    h.send(ev.ModelStopped(A))
+    assert starts(h) == [A, A], "started again for the waiting request"
+    h.send(ev.ModelReady(A, "ep:a2"))
+    assert h.outcome[waiting][0] == "granted"
+    assert h.effects(ev.ModelForgotten) == [] and A in h.arbiter.slots
