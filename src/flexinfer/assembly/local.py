@@ -277,6 +277,7 @@ async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: i
         if not servers:
             log.warning("SIGHUP while starting: the manifests just loaded are in force")
         for server in servers:
+            log.info("SIGHUP: reloading the manifests")
             server.reload("signal")
 
     loop.add_signal_handler(signal.SIGHUP, on_hangup)

@@ -70,7 +70,7 @@ def signature(paths: Sequence[str | Path]) -> Signature:
     """Path, size and modification time of every manifest file under ``paths`` (a missing path counts too)."""
     try:
         files = manifest_files(paths)
-    except InvalidResourceError:
+    except (InvalidResourceError, OSError):
         return (("", -1, -1),)
     marks = []
     for file in files:
