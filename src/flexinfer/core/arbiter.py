@@ -283,11 +283,17 @@ class Arbiter:
                 self._remove(slot, now)
 
     def _change(self, slot: Slot, model: Model, now: float) -> None:
-        """A declared model's manifest changed: it forgets its failed starts, and when its server runs (or is
-        loading) that server drains and stops, and the model starts again with the new manifest."""
+        """A declared model's manifest changed: it forgets its failed starts; with ``restart_changed`` a running
+        (or loading) server drains, stops and starts again with the new manifest, else only a move to another
+        group drains it off the old one."""
+        moved = slot.group != Slot(model).group
         slot.model, slot.failures, slot.retry_at = model, 0, None
-        if slot.running and not slot.stopping:
+        if not slot.running or slot.stopping:
+            return
+        if self.policy.restart_changed:
             slot.wanted = not self.shutting_down
+            self._retire(slot, now)
+        elif moved:
             self._retire(slot, now)
 
     def _remove(self, slot: Slot, now: float) -> None:

@@ -75,6 +75,6 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         min_hold=duration(env, "FLEXINFER_SWAP_MIN_HOLD"), max_wait=duration(env, "FLEXINFER_SWAP_MAX_WAIT"),
         drain_timeout=duration(env, "FLEXINFER_DRAIN_TIMEOUT"),
         restart_backoff=duration(env, "FLEXINFER_RESTART_BACKOFF"),
-        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit,
+        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, restart_changed=True,
     )
     return LocalConfig(engine=engine, policy=policy)

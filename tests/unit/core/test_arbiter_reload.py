@@ -1,6 +1,7 @@
 """A manifest reload (``ModelsReplaced``) restarts only the models whose manifest changed: a running changed
 model drains, stops and starts again with its new manifest; untouched models keep running; a changed model
-that failed forgets its backoff."""
+that failed forgets its backoff. Without ``restart_changed`` (the in-cluster proxy, where the manager rolls
+servers out) a changed model keeps running unless it moved to another group."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from support.arbiter_harness import Harness
 from support.recording_engine import make_model
 
 A, B = "default/a", "default/b"
-POLICY = ArbiterPolicy(max_wait=30, min_hold=10, drain_timeout=20, cold_start_timeout=600, queue_limit=3)
+POLICY = ArbiterPolicy(max_wait=30, min_hold=10, drain_timeout=20, cold_start_timeout=600, queue_limit=3,
+                       restart_changed=True)
 
 
 def starts(h: Harness) -> list[str]:
@@ -80,3 +82,15 @@ def test_a_model_removed_and_added_back_while_draining_keeps_its_state_and_start
     h.send(ev.ModelReady(A, "ep:a2"))
     assert h.outcome[waiting][0] == "granted"
     assert h.effects(ev.ModelForgotten) == [] and A in h.arbiter.slots
+
+
+def test_without_restart_changed_a_changed_model_keeps_running_unless_it_moved_group() -> None:
+    policy = ArbiterPolicy(restart_changed=False)
+    h = Harness([make_model("a", group="g"), make_model("b")], policy)
+    bring_up(h, A)
+    bring_up(h, B)
+    h.send(ev.ModelsReplaced((make_model("a", group="g", idleTimeout="10m"), make_model("b", idleTimeout="10m"))))
+    assert stops(h) == []
+    h.send(ev.ModelsReplaced((make_model("a", group="h"), make_model("b", idleTimeout="10m"))))
+    assert stops(h) == [], "a drains its request in flight off the old group"
+    assert h.arbiter.slots[A].drain_until is not None and not h.arbiter.slots[A].wanted
