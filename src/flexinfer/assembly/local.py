@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Manifest, Model, load_manifests
+from flexinfer.assembly import event_loop
 from flexinfer.core.errors import ConfigError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage
@@ -206,7 +207,7 @@ def run_local(paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(_serve_until_signalled(paths, host, port, env if env is not None else environment()))
+        event_loop.run(_serve_until_signalled(paths, host, port, env if env is not None else environment()))
     except asyncio.CancelledError:
         return 130
     return 0
