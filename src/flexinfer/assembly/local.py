@@ -112,7 +112,7 @@ def _observer(registry: CollectorRegistry, tracing: Tracing) -> LifecycleObserve
 def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher, engine: LocalEngine, *,
                registry: CollectorRegistry, tracing: Tracing) -> web.Application:
     """The proxy application over the dispatcher, plus the admin API routes."""
-    catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
+    catalog = ManifestCatalog(models, dispatcher.phases)
     app = create_app(config, dispatcher, catalog, registry=registry,
                      metrics=ProxyMetrics(registry, [m.key for m in models]),
                      tracer=proxy_tracer(tracing))

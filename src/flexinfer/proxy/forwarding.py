@@ -21,6 +21,7 @@ from yarl import URL
 
 from flexinfer.core.errors import UpstreamError
 from flexinfer.proxy.hooks import RequestTrace
+from flexinfer.proxy.request_ids import REQUEST_ID_HEADER
 from flexinfer.proxy.streaming import Reply
 from flexinfer.proxy.upstream_errors import MAX_ERROR_BODY, UpstreamStatusError, upstream_error
 from flexinfer.proxy.upstream_http import (
@@ -34,7 +35,9 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "host", "content-length",
 })
-_NOT_MIRRORED = HOP_BY_HOP | {"date", "server"}
+_NOT_MIRRORED = HOP_BY_HOP | {"date", "server", REQUEST_ID_HEADER.lower()}
+"""Not copied from the model server's answer: hop-by-hop, the proxy's own, and the request id (the proxy
+sets it on every reply; a server that echoes it must not make it appear twice)."""
 _MAX_ORIGINS = 1024
 _PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~:@!$&'()*+,;=?-]*")
 
