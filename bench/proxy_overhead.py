@@ -335,7 +335,11 @@ def _orchestrate(args: argparse.Namespace) -> int:
                     target.process.terminate()
             for target in targets:
                 if target.process is not None:
-                    target.process.wait(30)
+                    try:
+                        target.process.wait(60)
+                    except subprocess.TimeoutExpired:
+                        print(f"{target.name} did not stop within 60s: killed")
+                        target.process.kill()
     return 0
 
 
