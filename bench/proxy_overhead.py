@@ -40,9 +40,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # ---------------------------------------------------------------- the upstream (child process)
 
-async def _serve_upstream(port: int) -> None:
+async def _serve_upstream(port: int, startup_delay: float = 0.0) -> None:
     from aiohttp import web
 
+    await asyncio.sleep(startup_delay)
     answer = json.dumps({"id": "x", "object": "chat.completion", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}).encode()
     chunk = b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n'
@@ -300,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
-        asyncio.run(_serve_upstream(args.port))
+        asyncio.run(_serve_upstream(args.port, args.startup_delay))
         return 0
+    if args.queued:
+        return _queued(args.queued, Path(args.baseline_src).resolve() if args.baseline_src else SRC)
     return _orchestrate(args)
 
 
@@ -343,6 +346,90 @@ def _orchestrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- waiting at scale
+
+def _rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+def _queued(count: int, src: Path) -> int:
+    """``count`` requests, one connection each, sent while the model is still starting (its server sleeps
+    before listening): ``serve``'s memory per waiting request, and how long after Ready the last answer
+    arrives."""
+    with tempfile.TemporaryDirectory(prefix="proxy-queued-") as tmp:
+        directory = Path(tmp)
+        weights = directory / "weights.bin"
+        weights.write_bytes(b"w")
+        command = [sys.executable, str(Path(__file__).resolve()), "--role", "upstream", "--port", "{port}",
+                   "--startup-delay", "6"]
+        doc = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": "cold"},
+               "spec": {"backend": "llamacpp", "source": weights.resolve().as_uri(),
+                        "config": {"command": command, "healthPath": "/health"}}}
+        (directory / "models.yaml").write_text(json.dumps(doc) + "\n")
+        port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(src), "FLEXINFER_STATE_DIR": str(directory / "state"),
+               "PROXY_MAX_QUEUE_SIZE": str(count * 2), "PROXY_COLD_START_TIMEOUT": "120s"}
+        process = subprocess.Popen([sys.executable, "-m", "flexinfer.cli.main", "serve", "-f",
+                                    str(directory / "models.yaml"), "--port", str(port)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_listening(port, process)
+            time.sleep(0.5)
+            before = _rss_kib(process.pid)
+            result = asyncio.run(_flood(port, count, process.pid))
+        finally:
+            process.terminate()
+            process.wait(60)
+    statuses, ready_at, last_at, waiting_rss = result
+    print(f"{src}: {count} queued requests: serve RSS {before} KiB idle → {waiting_rss} KiB with all waiting "
+          f"({(waiting_rss - before) * 1024 / count:.0f} bytes each); statuses {statuses}; last answer "
+          f"{last_at - ready_at:.2f}s after Ready; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+async def _flood(port: int, count: int, pid: int) -> tuple[dict[int, int], float, float, int]:
+    body = json.dumps({"model": "cold", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
+               f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    statuses: dict[int, int] = {}
+    done: list[float] = []
+
+    async def one() -> None:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            answer = await reader.read()
+        except OSError:
+            statuses[-1] = statuses.get(-1, 0) + 1  # -1: connection refused or reset
+            return
+        status = int(answer.split(b" ", 2)[1]) if answer else 0
+        statuses[status] = statuses.get(status, 0) + 1
+        done.append(time.monotonic())
+        writer.close()
+
+    tasks = []
+    for _ in range(count):
+        tasks.append(asyncio.ensure_future(one()))
+        if len(tasks) % 100 == 0:
+            await asyncio.sleep(0.03)
+    await asyncio.sleep(1.0)
+    waiting_rss = _rss_kib(pid)
+    ready_at = 0.0
+    while not ready_at:
+        await asyncio.sleep(0.02)
+        status = await asyncio.to_thread(_model_phase, port)
+        if status == "Ready":
+            ready_at = time.monotonic()
+    await asyncio.gather(*tasks)
+    return statuses, ready_at, max(done), waiting_rss
+
+
+def _model_phase(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/status", timeout=30) as response:
+        return str(json.loads(response.read())["models"][0]["phase"])
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
@@ -352,6 +439,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="run the scenarios whose name contains this text (repeatable), e.g. 'sse' or 'c=64'")
     parser.add_argument("--no-nginx", action="store_true", help="skip nginx even when installed")
     parser.add_argument("--litellm", default="", help="path to a `litellm` executable (separate venv)")
+    parser.add_argument("--queued", type=int, default=0,
+                        help="instead: N requests (one connection each) queued for a cold model; memory and drain time "
+                             "(of the --baseline-src tree when given)")
+    parser.add_argument("--startup-delay", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=("upstream",), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
