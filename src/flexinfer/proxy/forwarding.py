@@ -56,8 +56,10 @@ def request_target(path_and_query: str) -> str:
     return URL(path_and_query).raw_path_qs
 
 
-def _mirrored_headers(headers: CIMultiDictProxy[str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _NOT_MIRRORED}
+def _mirrored_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """The answer's end-to-end headers, looked up case-insensitively (servers such as uvicorn send
+    lower-case names; ``Reply`` reads ``Content-Type`` to know an event stream)."""
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_MIRRORED)
 
 
 class Forwarder:

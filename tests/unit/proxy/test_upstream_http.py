@@ -4,6 +4,7 @@ keep-alive reuse, streaming without coalescing, body framings, interim answers, 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -171,3 +172,23 @@ async def test_failures_before_and_during_the_body_are_told_apart() -> None:
     with pytest.raises(UpstreamConnectionError):
         await pool.request("POST", "127.0.0.1", port, "/", headers=[], body=b"{}")
     await pool.close()
+
+
+async def test_a_stream_with_lower_case_headers_still_ends_with_an_sse_error_event_when_cut(make_proxy):
+    """Servers such as uvicorn send lower-case header names; the reply must still know it is an event stream."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     b"d\r\ndata: first\n\n\r\n")
+        await writer.drain()  # then the server dies mid-stream
+
+    async with Upstream(script) as up:
+        proxy = await make_proxy()
+        proxy.activator.base_url = f"http://127.0.0.1:{up.port}"
+        request = proxy.session.post(proxy.url + "/v1/chat/completions", json={"model": "alpha", "stream": True})
+        async with request as response:
+            body = await response.content.read()
+    events = [event for event in body.decode().split("\n\n") if event]
+    assert events[0] == "data: first"
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "bad_gateway"
