@@ -32,7 +32,11 @@ from flexinfer.observability.tracing import (
     tracing_settings,
 )
 from flexinfer.proxy.app import ProxyServer, create_app
+from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import proxy_config
+from flexinfer.proxy.status_page import StatusPage, catalog_states, install
+from flexinfer.runtime.activity import ActivityLog
+from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment
 
 log = logging.getLogger("flexinfer.proxy")
@@ -74,15 +78,20 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     proxy_cfg = proxy_config(env).validate()
     settings = cluster_proxy_settings(env, cold_start_timeout=proxy_cfg.cold_start_timeout,
                                       queue_limit=proxy_cfg.max_queue_size)
+    trace_settings = tracing_settings(env)  # every setting is checked before anything connects
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
-    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", tracing_settings(env))
-    side = ClusterSide(api, settings, observer=TracingObserver(tracing) if tracing.enabled else None)
+    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)
+    activity = ActivityLog()
+    observers: list[LifecycleObserver] = [activity, *([TracingObserver(tracing)] if tracing.enabled else [])]
+    side = ClusterSide(api, settings, observer=ObserverGroup(observers))
     try:
         await side.start()
         metrics = ProxyMetrics(registry, [m.key for m in side.store.all()])
         side.store.subscribe(_declare_names(metrics, side.store))
         app = create_app(proxy_cfg, side.activator, side.catalog, registry=registry, metrics=metrics,
                          tracer=proxy_tracer(tracing))
+        install(app, StatusPage(catalog_states(side.catalog, side.dispatcher.snapshot), activity,
+                                BearerAuth(proxy_cfg.auth_token if proxy_cfg.auth_enabled else None), "cluster"))
         proxy = ProxyServer(app, proxy_cfg)
         bound = await proxy.start(host, port)
     except BaseException as exc:

@@ -1,8 +1,9 @@
-"""``flexinfer serve -f DIR|FILE [--host 127.0.0.1] [--port 8080]``: serve Model manifests on this machine.
+"""``flexinfer serve -f DIR|FILE [--host 127.0.0.1] [--port 8080] [--no-watch] [--watch-interval S]``: serve Model
+manifests on this machine.
 
 One OpenAI-compatible endpoint for every model; model servers start on demand as local processes and
 models sharing a ``spec.gpu.shared`` group swap on one GPU. Runs ``flexinfer.assembly.run_local`` until
-SIGTERM/SIGINT.
+SIGTERM/SIGINT; the manifests are reloaded on SIGHUP and (unless ``--no-watch``) when their files change.
 """
 
 from __future__ import annotations
@@ -25,10 +26,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, default=8080,
                         help="listen port (default 8080; 0 picks a free port)")
+    parser.add_argument("--watch", action=argparse.BooleanOptionalAction, default=True,
+                        help="reload the manifests when their files change (default on; SIGHUP always reloads)")
+    parser.add_argument("--watch-interval", type=positive_seconds, default=None, metavar="SECONDS",
+                        help="how often the manifest files are checked (default 1)")
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    from flexinfer.assembly.local import run_local  # the whole server stack: imported only when serving
+def positive_seconds(text: str) -> float:
+    """An ``argparse`` type: a number of seconds greater than zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds greater than 0, got {text!r}")
+    return value
 
-    return run_local(args.filename, host=args.host, port=args.port)
+
+def run(args: argparse.Namespace) -> int:
+    # the whole server stack: imported only when serving
+    from flexinfer.assembly.local import run_local
+    from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL
+
+    interval = args.watch_interval or DEFAULT_WATCH_INTERVAL
+    return run_local(args.filename, host=args.host, port=args.port, watch_interval=interval if args.watch else None)

@@ -1,6 +1,7 @@
 """``flexinfer status [--url URL]``: a table of the models a running ``flexinfer serve`` knows (model, group,
 phase, last swap, queue depth, in flight, endpoint), read from its admin API. A model is shown by its name,
-or as ``namespace/name`` when several namespaces use that name (as ``/v1/models`` lists it)."""
+or as ``namespace/name`` when several namespaces use that name (as ``/v1/models`` lists it); under it, the
+manifests' last reload (its errors when it was rejected)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flexinfer.api.units import format_duration
@@ -54,4 +56,18 @@ def run(args: argparse.Namespace) -> int:
         console.print_json(data=body)
     else:
         console.print(status_table(body["models"]))
+        if body.get("config"):
+            console.print(config_summary(body["config"]), highlight=False)
     return 0
+
+
+def config_summary(config: dict[str, Any]) -> str:
+    """The manifests' reload state under the table: when the configuration in force was loaded, and the last
+    reload's result (a rejected one with its errors, as ``flexinfer validate`` prints them)."""
+    line = f"config: {config['models']} model(s) loaded at {config['loaded_at']}"
+    if config.get("last_reload"):
+        line += f"; last reload {config['last_reload']} ({config.get('trigger')}): {config.get('result')}"
+    errors = [f"\n  [red]error:[/] {escape(str(e))}" for e in config.get("errors") or []]
+    if errors:
+        line += ", the previous configuration stays in force" + "".join(errors)
+    return line

@@ -100,11 +100,12 @@ class Admission:
         self._timeout, self._interval = timeout, interval
 
     def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
-              slots: ConcurrencyLimiter) -> _Admitted:
-        """Hold one of ``slots``' places for ``model`` for the whole ``async with`` block and give the
-        activator's grant (the caller releases it); with a ``reply`` (streaming request) send loading comments
-        while a model activates. A wait at either gate is one wait in the queue metrics."""
-        return _Admitted(self, model, trace, reply, slots)
+              slots: ConcurrencyLimiter, parallel: int | None = None) -> _Admitted:
+        """Hold one of ``slots``' places for ``model`` (``parallel``: the model's own capacity) for the whole
+        ``async with`` block and give the activator's grant (the caller releases it); with a ``reply``
+        (streaming request) send loading comments while a model activates. A wait at either gate is one wait
+        in the queue metrics."""
+        return _Admitted(self, model, trace, reply, slots=slots, parallel=parallel)
 
     async def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Grant:
         if reply is None:
@@ -119,10 +120,12 @@ class Admission:
             if not task.done():
                 await self._comment_until_done(model, wait, reply, task)
             return await task
-        finally:
-            if not task.done():
-                task.cancel()
-                task.add_done_callback(_release_late_grant)
+        except BaseException:
+            # Abandoned (client gone, error event failed, shutdown): the grant may already have arrived
+            # in the same loop iteration, so release it whether the acquire is still running or not.
+            task.cancel()
+            task.add_done_callback(_release_late_grant)
+            raise
 
     async def _comment_until_done(self, model: ModelKey, wait: _Wait, reply: Reply,
                                   task: asyncio.Future[Grant]) -> None:
@@ -135,17 +138,18 @@ class Admission:
 class _Admitted:
     """The ``async with`` of ``Admission.admit`` (a plain class: no generator frames per request)."""
 
-    __slots__ = ("_admission", "_model", "_reply", "_slot", "_slots", "_trace")
+    __slots__ = ("_admission", "_model", "_parallel", "_reply", "_slot", "_slots", "_trace")
 
-    def __init__(self, admission: Admission, model: ModelKey, trace: RequestTrace, reply: Reply | None,
-                 slots: ConcurrencyLimiter) -> None:
+    def __init__(self, admission: Admission, model: ModelKey, trace: RequestTrace, reply: Reply | None, *,
+                 slots: ConcurrencyLimiter, parallel: int | None) -> None:
         self._admission, self._model, self._trace, self._reply, self._slots = admission, model, trace, reply, slots
+        self._parallel = parallel
         self._slot: AbstractAsyncContextManager[None] | None = None
 
     async def __aenter__(self) -> Grant:
         admission = self._admission
         wait = _Wait(self._model, admission._metrics, self._trace)
-        slot = self._slots.slot(self._model, admission._timeout, wait.queued)
+        slot = self._slots.slot(self._model, admission._timeout, self._parallel, wait.queued)
         try:
             await slot.__aenter__()
         except BaseException as error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from flexinfer.cli.status import status_table
+from flexinfer.cli.status import config_summary, status_table
 
 
 def row(namespace: str, name: str) -> dict[str, object]:
@@ -18,3 +18,14 @@ def test_a_shared_name_is_shown_with_its_namespace_and_a_unique_one_bare() -> No
     text = console.export_text()
     assert "default/chat" in text and "team-b/chat" in text
     assert "solo" in text and "default/solo" not in text
+
+
+def test_a_rejected_reload_is_shown_under_the_table_with_its_errors() -> None:
+    console = Console(width=200, record=True)
+    config = {"models": 2, "loaded_at": "2026-01-01T10:00:00+00:00", "last_reload": "2026-01-01T10:05:00+00:00",
+              "trigger": "watch", "result": "rejected", "errors": ["m.yaml:4: spec.backend: [bad] value"]}
+    console.print(config_summary(config), highlight=False)
+    text = console.export_text()
+    assert "2 model(s) loaded at 2026-01-01T10:00:00+00:00" in text
+    assert "last reload 2026-01-01T10:05:00+00:00 (watch): rejected" in text
+    assert "error: m.yaml:4: spec.backend: [bad] value" in text, "markup in an error is shown as written"
