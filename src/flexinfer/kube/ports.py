@@ -2,13 +2,11 @@
 
 ``flexinfer.assembly.run_manager`` passes ``flexinfer.observability.metrics.LifecycleMetrics`` as the
 ``LifecycleSink`` and ``functools.partial(reconcile_span, tracing, metrics=...)`` as the ``ReconcileScope``;
-tests pass recorders or ``no_scope``.
+tests pass recorders.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -39,33 +37,3 @@ class ReconcileScope(Protocol):
     """A factory of per-reconcile scopes (a span + reconcile metrics); an escaping error is recorded."""
 
     def __call__(self, controller: str, namespace: str, name: str) -> AbstractAsyncContextManager[Any]: ...
-
-
-@contextlib.asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield None
-
-
-def no_scope(controller: str, namespace: str, name: str) -> AbstractAsyncContextManager[Any]:
-    """A ``ReconcileScope`` that records nothing."""
-    return _nothing()
-
-
-class NullSink:
-    """A ``LifecycleSink`` that drops everything."""
-
-    def cold_start(self, model: Model, seconds: float) -> None: ...
-
-    def swap(self, model: Model, seconds: float) -> None: ...
-
-    def stage(self, model: Model, stage: str, seconds: float) -> None: ...
-
-    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = "reconcile") -> None: ...
-
-    def group_state(self, model: Model, state: str) -> None: ...
-
-    def preemption(self, loser: Model, to: str) -> None: ...
-
-    def declared(self, model: Model) -> None: ...
-
-    def forgotten(self, model: Model) -> None: ...

@@ -287,9 +287,6 @@ class ProxyMetrics:
         for metric in (self._wait, self._queued, self._rejected, self._depth, self._connections):
             self._note(key, metric, labels)
 
-    def forget_model(self, key: str) -> None:
-        self.declare_models(self._declared - {key})
-
     def _label(self, model: str | None) -> str:
         return model if model is not None and model in self._declared else UNKNOWN_MODEL
 
