@@ -28,9 +28,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE
+from flexinfer.core.phases import READY
 from flexinfer.core.replicas import cold_start_timeout_seconds
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENDPOINT_OVERRIDE_ANNOTATION = "flexinfer.ai/endpoint-override"
 STALL_AFTER = 120.0
 """A load is stalled when LoadingWeights has reported no progress for this long (spec §6.5)."""
 WARM_PRIMARY_PREFIX = "primary/"
@@ -224,5 +225,5 @@ class KubeEngine:
         if deadline is not None and self._now() >= deadline:
             raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
                               f"({model.status.message or 'LoadingWeights'})")
-        url = endpoint_of(model, self._override) if phase == "Ready" else None
+        url = endpoint_of(model, self._override) if phase == READY else None
         return Endpoint(url) if url else None

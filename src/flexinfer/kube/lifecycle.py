@@ -27,6 +27,7 @@ from datetime import datetime
 from flexinfer.api.model import Model, ModelStatus
 from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE, activation_clock
+from flexinfer.core.phases import READY
 from flexinfer.kube.ports import LifecycleSink
 
 
@@ -89,7 +90,7 @@ class LifecycleTracker:
             if clock is not None:
                 clock.gap_stage = "server_start"
                 clock.resume(at, None)
-        if clock is None or after.phase != "Ready" or before.status.activation is None:
+        if clock is None or after.phase != READY or before.status.activation is None:
             return
         self._drained(before, clock)
         done = clock.finish(clock.ready_time(at, _ts(facts.ready_condition_at)))

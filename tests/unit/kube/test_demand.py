@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
-from flexinfer.kube.demand import ENDPOINT_OVERRIDE_ANNOTATION, DemandSignal, KubeEngine, rfc3339
+from flexinfer.kube.demand import DemandSignal, KubeEngine, rfc3339
 from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from flexinfer.api.conventions import INFLIGHT_PREFIX
 from flexinfer.api.model import Model
 from flexinfer.core.errors import ColdStartTimeoutError
-from flexinfer.core.model_status_plan import INFLIGHT_PREFIX, busy_proxies
+from flexinfer.core.model_status_plan import busy_proxies
 from flexinfer.kube import proxy_side
 from flexinfer.kube.demand_report import DemandReport, PodOwner
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
