@@ -28,7 +28,7 @@ from flexinfer.api.model import Model, ModelStatus
 from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE, activation_clock
 from flexinfer.core.phases import READY
-from flexinfer.kube.ports import LifecycleSink
+from flexinfer.runtime.observer import LifecycleObserver
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class PassFacts:
 class LifecycleTracker:
     """See the module docstring."""
 
-    def __init__(self, sink: LifecycleSink) -> None:
+    def __init__(self, sink: LifecycleObserver) -> None:
         self._sink = sink
         self._seen: dict[str, str | None] = {}
         self._clocks: dict[str, Activation] = {}
@@ -56,7 +56,7 @@ class LifecycleTracker:
         self._sink.declared(model)
 
     def preempted(self, model: Model, to: str) -> None:
-        self._sink.preemption(model, to)
+        self._sink.preempted(model, to)
 
     def observe(self, before: Model, after: ModelStatus, now: datetime, facts: PassFacts | None = None) -> None:
         """Record what changed between ``before.status`` and ``after``."""

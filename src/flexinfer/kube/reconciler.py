@@ -72,8 +72,9 @@ from flexinfer.core.replicas import ReplicaContext
 from flexinfer.kube.applier import Applier
 from flexinfer.kube.client import KubeApi
 from flexinfer.kube.lifecycle import LifecycleTracker, PassFacts
-from flexinfer.kube.ports import LifecycleSink, ReconcileScope
+from flexinfer.kube.ports import ReconcileScope
 from flexinfer.kube.store import Store, Unit
+from flexinfer.runtime.observer import LifecycleObserver
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
@@ -102,7 +103,7 @@ class Reconciler:
     """See the module docstring. ``wake`` arms the unit's timer (wall-clock instant)."""
 
     def __init__(self, api: KubeApi, store: Store, defaults: ControllerDefaults, policy: ManagerPolicy, *,
-                 sink: LifecycleSink, scope: ReconcileScope, wake: Callable[[Unit, datetime], None],
+                 sink: LifecycleObserver, scope: ReconcileScope, wake: Callable[[Unit, datetime], None],
                  clock: Callable[[], datetime] = utcnow) -> None:
         self._api, self._store, self._defaults, self._policy = api, store, defaults, policy
         self._scope, self._wake, self._clock = scope, wake, clock

@@ -143,12 +143,9 @@ class LifecycleMetrics:
             self._group_state.labels(*labels).set(1 if candidate == state else 0)
             self._book.note(model.key, self._group_state, labels)
 
-    def preempted(self, loser: Model, winner: Model) -> None:
-        self.preemption(loser, winner.name)
-
-    def preemption(self, loser: Model, to: str) -> None:
-        """``loser`` lost its group's GPU to ``to`` (a member name, or ``gpu-lease/<owner>``)."""
-        labels = (loser.group or "", loser.namespace, loser.name, to)
+    def preempted(self, loser: Model, by: str) -> None:
+        """``loser`` lost its group's GPU to ``by`` (a member name, or ``gpu-lease/<owner>``)."""
+        labels = (loser.group or "", loser.namespace, loser.name, by)
         self._preemptions.labels(*labels).inc()
         self._book.note(loser.key, self._preemptions, labels)
 
