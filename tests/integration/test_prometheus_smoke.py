@@ -56,4 +56,5 @@ def test_prometheus_server_scrapes_a_real_target(tmp_path: Path) -> None:
         assert not Path(f"/proc/{pid}").exists()  # stopped and reaped
     finally:
         httpd.shutdown()
+        httpd.server_close()  # shutdown() only stops the serving loop; this closes the listening socket
         thread.join(timeout=5)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
@@ -52,7 +53,10 @@ def until(driver: WebDriver, what: str, check: Callable[[WebDriver], object]) ->
     """Poll the live page until ``check`` is truthy (deadline-bounded)."""
     deadline, last = time.monotonic() + DEADLINE, None
     while time.monotonic() < deadline:
-        last = check(driver)
+        try:
+            last = check(driver)
+        except StaleElementReferenceException:
+            last = None  # the page re-rendered between finding a row and reading it: look again
         if last:
             return last
         time.sleep(0.1)  # a polling interval, not a wait for state

@@ -37,12 +37,13 @@ class CliProcess:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            match = LISTENING.search(line)
-            if match and not self.url:
-                self.url = match.group(1)
-                self._listening.set()
+        with self.proc.stdout as stream:  # closed at EOF: the pipe is not left to the garbage collector
+            for line in stream:
+                self.output.append(line)
+                match = LISTENING.search(line)
+                if match and not self.url:
+                    self.url = match.group(1)
+                    self._listening.set()
 
     @property
     def log(self) -> str:

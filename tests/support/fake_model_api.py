@@ -61,6 +61,8 @@ class FakeModelApi:
         self.patch_failures: list[KubeApiError] = []
         self.patch_gate: asyncio.Event | None = None
         """When set, report writes wait for this event (to observe concurrent callers)."""
+        self.held_patches = 0
+        """Demand patches waiting at ``patch_gate``."""
         self.get_calls = 0
         self.after_write: list[Any] = []
         """Coroutine functions awaited after each report write (to change the Model in between)."""
@@ -135,7 +137,11 @@ class FakeModelApi:
 
     async def patch_demand(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if self.patch_gate is not None:
-            await self.patch_gate.wait()
+            self.held_patches += 1
+            try:
+                await self.patch_gate.wait()
+            finally:
+                self.held_patches -= 1
         if self.patch_failures:
             raise self.patch_failures.pop(0)
         key = f"{namespace}/{name}"

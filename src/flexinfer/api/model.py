@@ -26,7 +26,6 @@ from flexinfer.api.base import (
 
 API_VERSION = f"{GROUP}/v1alpha2"
 KIND = "Model"
-FINALIZER = "flexinfer.ai/model-cleanup"
 
 Backend = Literal[
     "ollama", "vllm", "mlc-llm", "mlc", "llamacpp", "llama.cpp", "diffusers", "comfyui", "vllm-omni",

@@ -22,8 +22,6 @@ from flexinfer.api.base import GROUP, ApiModel, NamedResource, ObjectMeta
 API_VERSION = f"{GROUP}/v1alpha1"
 KIND = "ModelDemand"
 PLURAL = "modeldemands"
-PROXY_LABEL = "flexinfer.ai/proxy"
-"""Label carrying the reporting proxy replica's identity."""
 
 
 class ModelReport(ApiModel):

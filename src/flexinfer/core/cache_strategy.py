@@ -4,7 +4,8 @@ Go rules (``cacheStrategy()``, ``modelUsesPersistentVolume``): an explicit ``spe
 otherwise shared-GPU models default to ``Memory`` and all others to ``SharedPVC``. A model uses a
 persistent volume when its source is ``pvc://`` or its strategy is ``SharedPVC`` or ``Local``.
 
-Pure; used by ``flexinfer.core.flashloader_settings`` and the manifest renderer.
+Pure; used by ``flexinfer.core.flashloader_settings``, the manifest renderer, the status planner
+(``flexinfer.core.model_status``), the local engine and the metrics labels.
 """
 
 from __future__ import annotations

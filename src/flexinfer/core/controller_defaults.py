@@ -7,7 +7,9 @@ reported through ``warn`` (the manager and ``render`` log a warning naming the v
 default); without ``warn`` they are a ``ConfigError``. ``ENV_VARS`` lists every variable read here so
 documentation can be generated from it.
 
-Used by ``flexinfer.core.flashloader_settings``, ``flexinfer.core.manifests`` and the CLI/assembly.
+Used by ``flexinfer.core.flashloader_settings``, the manifest renderer (``flexinfer.core.manifests*``), the
+manager (``flexinfer.kube.config``, ``flexinfer.kube.reconciler``), ``flexinfer render`` and the generated
+configuration reference (``flexinfer.assembly.reference``).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from flexinfer.api.conventions import INFLIGHT_PREFIX, WAITING_SINCE_ANNOTATION
 from flexinfer.api.model import Model
 from flexinfer.api.modeldemand import ModelDemand
-from flexinfer.core.election import WAITING_SINCE_ANNOTATION, waiting_since_of
-from flexinfer.core.model_status_plan import INFLIGHT_PREFIX
+from flexinfer.core.election import waiting_since_of
 
 
 @dataclass(frozen=True)

@@ -16,18 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
+from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
+from flexinfer.core.phases import READY
 from flexinfer.core.replicas import cold_start_timeout_seconds
 
 DEFAULT_SWAP_COOLDOWN: Final = 300.0
 DEMAND_WINDOW: Final = 120.0
 RECENT_WINDOW: Final = 300.0
 LEASE_PREFIX: Final = "gpu-lease/"
-WAITING_SINCE_ANNOTATION: Final = "flexinfer.ai/waiting-since"
-"""Model annotation the in-cluster proxy keeps at the RFC 3339 start of the oldest request waiting for the
-model (``flexinfer.kube.wait_marker``); the manager reads it into ``Member.waiting_since``."""
 
 MemberState = Literal["Active", "Queued", "Preempted"]
 
@@ -171,12 +170,12 @@ def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) 
 
 
 def _demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
-    return m.phase != "Ready" and (m.waiting_since is not None or _within(now, m.last_active, policy.demand_window))
+    return m.phase != READY and (m.waiting_since is not None or _within(now, m.last_active, policy.demand_window))
 
 
 def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
     runnable = [m for m in members if m.can_take_demand]
-    ready = best(m for m in runnable if m.phase == "Ready")
+    ready = best(m for m in runnable if m.phase == READY)
     demanded = best(m for m in runnable if _demanded(m, now, policy))
     warm = best(m for m in runnable if m.warm_primary)
     if ready is not None:
@@ -187,7 +186,7 @@ def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolic
         if warm is not None and not ready.warm_primary and ready_idle:
             return warm, "warm_primary_reclaim"
         return ready, "ready"
-    recent = best(m for m in runnable if m.phase != "Ready" and _within(now, m.last_active, policy.recent_window))
+    recent = best(m for m in runnable if m.phase != READY and _within(now, m.last_active, policy.recent_window))
     if recent is not None and warm is not None:
         return (recent, "recent") if recent.priority >= warm.priority else (warm, "warm_primary")
     for choice, reason in ((recent, "recent"), (warm, "warm_primary"),
@@ -228,7 +227,7 @@ def _decide(members: Sequence[Member], leader: str | None, preempted_by: str) ->
     queued = sorted((m for m in members if m.name != leader), key=lambda m: (-m.priority, m.name))
     out = {leader: MemberDecision("Active", 0, "", False)} if leader else {}
     for position, m in enumerate(queued, start=1):
-        preempt = m.phase == "Ready"
+        preempt = m.phase == READY
         state: MemberState = "Preempted" if preempt or m.phase == "Preempted" else "Queued"
         out[m.name] = MemberDecision(state, position, preempted_by, preempt)
     return out

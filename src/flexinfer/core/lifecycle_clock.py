@@ -62,7 +62,6 @@ class Activation:
     kind: ActivationKind = "cold_start"
     preempted: str | None = None
     demand_since: float | None = None
-    tickets: list[int] = field(default_factory=list)
     _marks: list[tuple[str, float]] = field(default_factory=list)
 
     started_at: float | None = None

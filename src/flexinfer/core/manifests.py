@@ -10,6 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from flexinfer.api.conventions import (
+    BACKEND_LABEL,
+    GPU_GROUP_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MODEL_LABEL,
+    SERVICE_LABELS_ANNOTATION,
+    VRAM_ESTIMATE_ANNOTATION,
+)
 from flexinfer.api.model import API_VERSION, KIND, Model
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.core.controller_defaults import ControllerDefaults
@@ -24,7 +33,6 @@ __all__ = [
 ]
 
 Json = dict[str, Any]
-MANAGED_BY = "flexinfer"
 
 
 def selector_labels(model: Model) -> dict[str, str]:
@@ -32,9 +40,9 @@ def selector_labels(model: Model) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "model",
         "app.kubernetes.io/instance": model.name,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "flexinfer.ai/model": model.name,
-        "flexinfer.ai/backend": model.backend,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        MODEL_LABEL: model.name,
+        BACKEND_LABEL: model.backend,
     }
 
 
@@ -42,15 +50,15 @@ def model_labels(model: Model) -> dict[str, str]:
     """Selector labels plus ``flexinfer.ai/gpu-group`` for shared-GPU models."""
     labels = selector_labels(model)
     if model.group is not None:
-        labels["flexinfer.ai/gpu-group"] = model.group
+        labels[GPU_GROUP_LABEL] = model.group
     return labels
 
 
 def pod_annotations(model: Model) -> dict[str, str]:
     """Model, backend and (when set) the VRAM estimate used for budgeting."""
-    annotations = {"flexinfer.ai/model": model.name, "flexinfer.ai/backend": model.backend}
+    annotations = {MODEL_LABEL: model.name, BACKEND_LABEL: model.backend}
     if model.spec.gpu is not None and model.spec.gpu.vram_estimate_mb is not None:
-        annotations["flexinfer.ai/gpu.vram-estimate-mb"] = str(model.spec.gpu.vram_estimate_mb)
+        annotations[VRAM_ESTIMATE_ANNOTATION] = str(model.spec.gpu.vram_estimate_mb)
     return annotations
 
 
@@ -91,7 +99,7 @@ def service_annotations(model: Model) -> dict[str, str]:
     if litellm is not None and litellm.copilot_alias:
         annotations["litellm.flexinfer.ai/copilot-model"] = litellm.copilot_alias
     if model.spec.service_labels:
-        annotations["flexinfer.ai/service-labels"] = ",".join(model.spec.service_labels)
+        annotations[SERVICE_LABELS_ANNOTATION] = ",".join(model.spec.service_labels)
     return annotations
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flexinfer.api.conventions import MANAGED_BY, MANAGED_BY_LABEL, TMPFS_CLEANUP_LABEL
 from flexinfer.api.model import Model
 from flexinfer.core.manifests_volumes import FLASH_TMPFS_ROOT, TERMINATION_MESSAGE, flash_tmpfs_host_dir
 
@@ -39,8 +40,7 @@ def tmpfs_cleanup_job(model: Model, labels: dict[str, str]) -> Json | None:
             "ttlSecondsAfterFinished": CLEANUP_TTL_S,
             "template": {
                 # Not the model's selector labels: the Service must never select this pod.
-                "metadata": {"labels": {"app.kubernetes.io/managed-by": "flexinfer",
-                                        "flexinfer.ai/tmpfs-cleanup": model.name}},
+                "metadata": {"labels": {MANAGED_BY_LABEL: MANAGED_BY, TMPFS_CLEANUP_LABEL: model.name}},
                 "spec": pod_spec,
             },
         },

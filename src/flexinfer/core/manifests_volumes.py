@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flexinfer.api import conventions
 from flexinfer.api.model import Model
 from flexinfer.core.cache_strategy import (
     cache_pvc_name,
@@ -110,9 +111,10 @@ def flash_loader_container(model: Model, config: FlashLoaderConfig) -> Json:
 def _flash_env(model: Model, config: FlashLoaderConfig) -> list[Json]:
     variant = "fp16" if model.spec.config.get("useFp16") == "1" else ""
     pairs = (
-        ("FLASH_SRC", FLASH_SRC_MOUNT), ("FLASH_DST", MODEL_MOUNT),
-        ("FLASH_CONCURRENCY", str(config.concurrency)), ("FLASH_BUFFER_KB", str(config.buffer_size_kb)),
-        ("FLASH_VERIFY", "true" if config.verify_integrity else "false"),
-        ("FLASH_EXCLUDE", config.exclude_patterns), ("FLASH_VARIANT", variant),
+        (conventions.FLASH_SRC, FLASH_SRC_MOUNT), (conventions.FLASH_DST, MODEL_MOUNT),
+        (conventions.FLASH_CONCURRENCY, str(config.concurrency)),
+        (conventions.FLASH_BUFFER_KB, str(config.buffer_size_kb)),
+        (conventions.FLASH_VERIFY, "true" if config.verify_integrity else "false"),
+        (conventions.FLASH_EXCLUDE, config.exclude_patterns), (conventions.FLASH_VARIANT, variant),
     )
     return [{"name": name, "value": value} for name, value in pairs]

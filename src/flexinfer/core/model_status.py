@@ -91,7 +91,7 @@ def derive_phase(desired: int, facts: DeploymentFacts | None, shared_state: str 
     if facts is None:
         return "Pending"
     if facts.ready_replicas > 0:
-        return "Ready"
+        return phases.READY
     if facts.unavailable_replicas > 0:
         return "Loading"
     return "Pending"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final
 
+from flexinfer.api.conventions import INFLIGHT_PREFIX
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import ActivationStatus, Model, Phase, SharedGroupStatus
 from flexinfer.core import phases
@@ -36,7 +37,6 @@ from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.model_status import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
 from flexinfer.core.replicas import ReplicaContext, desired_replicas, idle_timeout_seconds
 
-INFLIGHT_PREFIX: Final = "inflight.flexinfer.ai/"
 STAGE_OF_SUBSTAGE: Final[dict[str, str]] = {
     "ImagePulling": "server_start", "Initializing": "server_start", "Compiling": "server_start",
     "LoadingWeights": "staging", "HealthCheckPending": "health",
@@ -146,7 +146,7 @@ def next_activation(inputs: MemberInputs, replicas: int, phase: Phase, now: date
     """Open an activation when the model is scaled up from zero (or from a not-running phase), keep it
     until Ready, drop it when scaled back to zero."""
     model, current = inputs.model, inputs.model.status.activation
-    if replicas == 0 or phase in ("Ready", "Failed", "Preempted"):
+    if replicas == 0 or phase in (phases.READY, phases.FAILED, phases.PREEMPTED):
         return None
     if current is not None:
         return current
@@ -182,7 +182,7 @@ def finish_member(inputs: MemberInputs, plan: MemberPlan, applied: DeploymentFac
     """Status inputs from the Deployment as applied; a model Ready again clears its ``preemptedAt``."""
     shared = plan.shared
     phase = derive_phase(plan.replicas, applied, shared.state if shared else None)
-    if shared is not None and phase == "Ready" and shared.state == "Active":
+    if shared is not None and phase == phases.READY and shared.state == "Active":
         shared = shared.model_copy(update={"preempted_at": None})
     status = StatusInputs(phase=phase, now=now, loading=loading, shared=shared,
                           activation=next_activation(inputs, plan.replicas, phase, now),

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Final, Literal
 
 from flexinfer.api.base import Condition
-from flexinfer.api.model import LoadingSubstage, Phase
+from flexinfer.api.model import Phase
 from flexinfer.core.errors import IllegalTransitionError
 
 IDLE: Final = "Idle"
@@ -36,33 +36,18 @@ engine derives phases from Deployment status, which can jump several steps betwe
 
 # Condition types and reasons (spec §1.1.2).
 COND_CACHED: Final = "Cached"
-COND_LOADED: Final = "Loaded"
 COND_READY: Final = "Ready"
-COND_SCHEDULABLE: Final = "Schedulable"
 COND_CONFIG_VALID: Final = "ConfigValid"
 REASON_WAITING_FOR_ACTIVATION: Final = "WaitingForActivation"
 REASON_STARTING_BACKEND: Final = "StartingBackend"
 REASON_BACKEND_READY: Final = "BackendReady"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_START_FAILED: Final = "StartFailed"
-REASON_CACHE_NOT_READY: Final = "CacheNotReady"
-REASON_SCHEDULABLE: Final = "Schedulable"
-REASON_NO_MATCHING_NODES: Final = "NoMatchingNodes"
 REASON_AMBIGUOUS_GPU_VENDOR: Final = "AmbiguousGPUVendor"
 REASON_BACKEND_UNSUPPORTED: Final = "BackendUnsupported"
 REASON_VRAM_INSUFFICIENT: Final = "VRAMInsufficient"
 REASON_ALIAS_CONFLICT: Final = "AliasConflict"
 REASON_CONFIG_VALID: Final = "ConfigValid"
-
-SUBSTAGES: Final[tuple[LoadingSubstage, ...]] = (
-    "ImagePulling", "Initializing", "LoadingWeights", "Compiling", "HealthCheckPending", "Preempted",
-)
-STAGE_TO_SUBSTAGE: Final[dict[str, LoadingSubstage]] = {
-    "staging": "LoadingWeights",
-    "server_start": "Initializing",
-    "health": "HealthCheckPending",
-}
-"""Runtime startup stages (``flexinfer.runtime.ports.STAGES``) shown as ``status.loadingSubstage``."""
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -75,11 +60,6 @@ def check_transition(old: str | None, new: str) -> None:
         return
     if new not in _ALLOWED.get(old, frozenset()):
         raise IllegalTransitionError(f"illegal phase transition {old} -> {new}")
-
-
-def is_transition(old: str | None, new: str) -> bool:
-    """True when ``old -> new`` counts as a transition (metrics): both set and different."""
-    return old is not None and old != new
 
 
 def ready_condition(phase: str, preempted: bool = False) -> tuple[ConditionStatus, str]:

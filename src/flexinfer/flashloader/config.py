@@ -15,16 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flexinfer import settings as process_settings
+from flexinfer.api import conventions
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy, Warn
 from flexinfer.core.errors import ConfigError
 
-ENV_SRC = "FLASH_SRC"
-ENV_DST = "FLASH_DST"
-ENV_CONCURRENCY = "FLASH_CONCURRENCY"
-ENV_BUFFER_KB = "FLASH_BUFFER_KB"
-ENV_VERIFY = "FLASH_VERIFY"
-ENV_EXCLUDE = "FLASH_EXCLUDE"
-ENV_VARIANT = "FLASH_VARIANT"
+ENV_SRC = conventions.FLASH_SRC
+ENV_DST = conventions.FLASH_DST
+ENV_CONCURRENCY = conventions.FLASH_CONCURRENCY
+ENV_BUFFER_KB = conventions.FLASH_BUFFER_KB
+ENV_VERIFY = conventions.FLASH_VERIFY
+ENV_EXCLUDE = conventions.FLASH_EXCLUDE
+ENV_VARIANT = conventions.FLASH_VARIANT
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_BUFFER_KB = 4096

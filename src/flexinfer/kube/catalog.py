@@ -17,6 +17,7 @@ from datetime import datetime
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
+from flexinfer.core.phases import READY
 from flexinfer.core.profiles import declared_parallel
 from flexinfer.kube.model_watch import ModelStore
 from flexinfer.runtime.ports import ModelView
@@ -55,7 +56,7 @@ def view(model: Model) -> ModelView:
         served_model_name=backend_model_name(model), phase=phase, group=model.group,
         priority=model.priority, aliases=aliases(model), parked=parked(model),
         created=created.timestamp() if created is not None else 0.0,
-        metadata={"key": model.key, "source": model.spec.source, "ready": phase == "Ready",
+        metadata={"key": model.key, "source": model.spec.source, "ready": phase == READY,
                   "loading_substage": status.loading_substage, "message": status.message},
         parallel=declared_parallel(model),
     )

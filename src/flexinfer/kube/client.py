@@ -45,10 +45,6 @@ def _plain(obj: Any) -> Body:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-def is_status(error: Exception, code: int) -> bool:
-    return isinstance(error, ApiError) and error.status.code == code
-
-
 class KubeApi:
     """Thin async wrapper returning plain dicts (see the module docstring)."""
 

@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_incrementing
 
+from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE
+from flexinfer.core.phases import READY
 from flexinfer.core.replicas import cold_start_timeout_seconds
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENDPOINT_OVERRIDE_ANNOTATION = "flexinfer.ai/endpoint-override"
 STALL_AFTER = 120.0
 """A load is stalled when LoadingWeights has reported no progress for this long (spec §6.5)."""
 WARM_PRIMARY_PREFIX = "primary/"
@@ -135,8 +136,9 @@ class DemandSignal:
         return stamp is not None and (self._now() - stamp).total_seconds() <= CONFLICT_GRACE
 
     async def aclose(self) -> None:
-        """Cancel background keep-alive patches."""
-        tasks = list(self._background)
+        """Cancel background keep-alive patches and shared writes still retrying (their waiters are gone at
+        shutdown; a waiter cancelled earlier leaves the write to the others that joined it)."""
+        tasks = [*self._background, *self._in_flight.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -231,5 +233,5 @@ class KubeEngine:
         if deadline is not None and self._now() >= deadline:
             raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
                               f"({model.status.message or 'LoadingWeights'})")
-        url = endpoint_of(model, self._override) if phase == "Ready" else None
+        url = endpoint_of(model, self._override) if phase == READY else None
         return Endpoint(url) if url else None

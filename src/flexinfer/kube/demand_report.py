@@ -26,7 +26,8 @@ from datetime import datetime
 from typing import Any
 
 from flexinfer.api.base import GROUP
-from flexinfer.api.modeldemand import API_VERSION, KIND, PLURAL, PROXY_LABEL
+from flexinfer.api.conventions import PROXY_LABEL
+from flexinfer.api.modeldemand import API_VERSION, KIND, PLURAL
 from flexinfer.kube.demand import rfc3339, utc_now
 from flexinfer.kube.model_api import KubeApiError, ModelApi
 

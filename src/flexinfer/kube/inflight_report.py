@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 
 from flexinfer.api.model import Model
+from flexinfer.core.phases import READY
 from flexinfer.kube.demand import rfc3339, utc_now
 from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.model_api import KubeApiError, ModelApi
@@ -80,7 +81,7 @@ class InflightReporter:
             log.warning("cannot confirm model %s is Ready (%s); forwarding", model.key, exc)
             return True
         phase = ((stored or {}).get("status") or {}).get("phase")
-        if phase == "Ready":
+        if phase == READY:
             return True
         self.refusals += 1
         log.info("model %s is no longer Ready in the API server (phase %s); not forwarding", model.key, phase)

@@ -27,7 +27,8 @@ from datetime import datetime
 from flexinfer.api.model import Model, ModelStatus
 from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE, activation_clock
-from flexinfer.kube.ports import LifecycleSink
+from flexinfer.core.phases import READY
+from flexinfer.runtime.observer import LifecycleObserver
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class PassFacts:
 class LifecycleTracker:
     """See the module docstring."""
 
-    def __init__(self, sink: LifecycleSink) -> None:
+    def __init__(self, sink: LifecycleObserver) -> None:
         self._sink = sink
         self._seen: dict[str, str | None] = {}
         self._clocks: dict[str, Activation] = {}
@@ -55,7 +56,7 @@ class LifecycleTracker:
         self._sink.declared(model)
 
     def preempted(self, model: Model, to: str) -> None:
-        self._sink.preemption(model, to)
+        self._sink.preempted(model, to)
 
     def observe(self, before: Model, after: ModelStatus, now: datetime, facts: PassFacts | None = None) -> None:
         """Record what changed between ``before.status`` and ``after``."""
@@ -89,7 +90,7 @@ class LifecycleTracker:
             if clock is not None:
                 clock.gap_stage = "server_start"
                 clock.resume(at, None)
-        if clock is None or after.phase != "Ready" or before.status.activation is None:
+        if clock is None or after.phase != READY or before.status.activation is None:
             return
         self._drained(before, clock)
         done = clock.finish(clock.ready_time(at, _ts(facts.ready_condition_at)))

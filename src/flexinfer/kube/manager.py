@@ -27,11 +27,12 @@ from flexinfer.kube.connection import connection_info
 from flexinfer.kube.http import HttpServer, health_app, metrics_app, parse_bind_address
 from flexinfer.kube.leader import LeaderElector
 from flexinfer.kube.operator import OperatorThread, build_registry, operator_settings
-from flexinfer.kube.ports import LifecycleSink, ReconcileScope
+from flexinfer.kube.ports import ReconcileScope
 from flexinfer.kube.queue import ReconcileQueue
 from flexinfer.kube.reconciler import Reconciler
 from flexinfer.kube.store import Store, Unit
 from flexinfer.kube.sync import initial_sync
+from flexinfer.runtime.observer import LifecycleObserver
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
@@ -50,7 +51,7 @@ class Manager:
     """See the module docstring."""
 
     def __init__(self, config: ManagerConfig, kubeconfig: KubeConfig, registry: CollectorRegistry,
-                 sink: LifecycleSink, scope: ReconcileScope) -> None:
+                 sink: LifecycleObserver, scope: ReconcileScope) -> None:
         self.config, self._kubeconfig, self._registry = config, kubeconfig, registry
         self.client = AsyncClient(kubeconfig, field_manager=FIELD_MANAGER)
         self.api = KubeApi(self.client)

@@ -27,14 +27,14 @@ from typing import Any, Protocol
 import kopf
 from lightkube import ApiError
 
-from flexinfer.api.model import FINALIZER
+from flexinfer.api.conventions import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, MODEL_LABEL
 from flexinfer.core.errors import ConfigError, IllegalTransitionError, InvalidResourceError
 from flexinfer.kube.connection import bounded_session
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
 ANNOTATION_PREFIX = "flexinfer.ai"
-MANAGED = {"app.kubernetes.io/managed-by": "flexinfer"}
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
 PATCH_CONNECTIONS = 16
 """Connections kopf may use at once for finalizer/annotation patches and events, beyond its watch streams."""
 WATCHES: tuple[tuple[str, str, str, str, dict[str, Any] | None], ...] = (
@@ -44,7 +44,7 @@ WATCHES: tuple[tuple[str, str, str, str, dict[str, Any] | None], ...] = (
     ("ModelDemand", "ai.flexinfer", "v1alpha1", "modeldemands", None),
     ("Deployment", "apps", "v1", "deployments", MANAGED),
     ("Service", "", "v1", "services", MANAGED),
-    ("Pod", "", "v1", "pods", {**MANAGED, "flexinfer.ai/model": kopf.PRESENT}),
+    ("Pod", "", "v1", "pods", {**MANAGED, MODEL_LABEL: kopf.PRESENT}),
 )
 
 

@@ -1,71 +1,17 @@
-"""What the Kubernetes engine needs from its neighbours, as Protocols (adapters never import each other).
+"""What the manager needs from its neighbours that no other layer defines (adapters never import each other).
 
-``flexinfer.assembly.run_manager`` passes ``flexinfer.observability.metrics.LifecycleMetrics`` as the
-``LifecycleSink`` and ``functools.partial(reconcile_span, tracing, metrics=...)`` as the ``ReconcileScope``;
-tests pass recorders or ``no_scope``.
+``flexinfer.assembly.run_manager`` passes ``functools.partial(reconcile_span, tracing, metrics=...)`` as the
+``ReconcileScope``; tests pass recorders. Lifecycle facts go through the one
+``flexinfer.runtime.observer.LifecycleObserver`` port (``LifecycleMetrics`` in production).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
-
-from flexinfer.api.model import Model
-
-
-class LifecycleSink(Protocol):
-    """Lifecycle metrics the manager observes on transitions."""
-
-    def cold_start(self, model: Model, seconds: float) -> None: ...
-
-    def swap(self, model: Model, seconds: float) -> None: ...
-
-    def stage(self, model: Model, stage: str, seconds: float) -> None: ...
-
-    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = "reconcile") -> None: ...
-
-    def group_state(self, model: Model, state: str) -> None: ...
-
-    def preemption(self, loser: Model, to: str) -> None: ...
-
-    def declared(self, model: Model) -> None: ...
-
-    def forgotten(self, model: Model) -> None: ...
 
 
 class ReconcileScope(Protocol):
     """A factory of per-reconcile scopes (a span + reconcile metrics); an escaping error is recorded."""
 
     def __call__(self, controller: str, namespace: str, name: str) -> AbstractAsyncContextManager[Any]: ...
-
-
-@contextlib.asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield None
-
-
-def no_scope(controller: str, namespace: str, name: str) -> AbstractAsyncContextManager[Any]:
-    """A ``ReconcileScope`` that records nothing."""
-    return _nothing()
-
-
-class NullSink:
-    """A ``LifecycleSink`` that drops everything."""
-
-    def cold_start(self, model: Model, seconds: float) -> None: ...
-
-    def swap(self, model: Model, seconds: float) -> None: ...
-
-    def stage(self, model: Model, stage: str, seconds: float) -> None: ...
-
-    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = "reconcile") -> None: ...
-
-    def group_state(self, model: Model, state: str) -> None: ...
-
-    def preemption(self, loser: Model, to: str) -> None: ...
-
-    def declared(self, model: Model) -> None: ...
-
-    def forgotten(self, model: Model) -> None: ...

@@ -27,6 +27,7 @@ from typing import Any
 
 from lightkube import ApiError
 
+from flexinfer.api.conventions import ACTIVE_SERVICES_ANNOTATION, WAITING_SINCE_ANNOTATION
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
 from flexinfer.api.loading import validate_stored
 from flexinfer.api.model import Model, ModelStatus
@@ -34,7 +35,6 @@ from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.demand_view import demand_view, with_demand
 from flexinfer.core.election import (
-    WAITING_SINCE_ANNOTATION,
     Election,
     Member,
     active_lease,
@@ -67,16 +67,17 @@ from flexinfer.core.model_status_plan import (
     plan_member,
     swap_source,
 )
+from flexinfer.core.phases import READY
 from flexinfer.core.replicas import ReplicaContext
 from flexinfer.kube.applier import Applier
 from flexinfer.kube.client import KubeApi
 from flexinfer.kube.lifecycle import LifecycleTracker, PassFacts
-from flexinfer.kube.ports import LifecycleSink, ReconcileScope
+from flexinfer.kube.ports import ReconcileScope
 from flexinfer.kube.store import Store, Unit
+from flexinfer.runtime.observer import LifecycleObserver
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
-ACTIVE_SERVICES = "ai.flexinfer/active-services"
 INVALID = 422
 STATUS_REFUSED = (". The API server refuses status updates of this Model until the field is fixed: the stored value "
                   "no longer matches the CRD schema")
@@ -102,7 +103,7 @@ class Reconciler:
     """See the module docstring. ``wake`` arms the unit's timer (wall-clock instant)."""
 
     def __init__(self, api: KubeApi, store: Store, defaults: ControllerDefaults, policy: ManagerPolicy, *,
-                 sink: LifecycleSink, scope: ReconcileScope, wake: Callable[[Unit, datetime], None],
+                 sink: LifecycleObserver, scope: ReconcileScope, wake: Callable[[Unit, datetime], None],
                  clock: Callable[[], datetime] = utcnow) -> None:
         self._api, self._store, self._defaults, self._policy = api, store, defaults, policy
         self._scope, self._wake, self._clock = scope, wake, clock
@@ -211,7 +212,7 @@ class Reconciler:
         deployment, service = render_model(model, caches, self._defaults, plan.replicas)
         if plan.shared is not None:
             active = ",".join(model.spec.service_labels) if plan.shared.state == "Active" else ""
-            service["metadata"].setdefault("annotations", {})[ACTIVE_SERVICES] = active
+            service["metadata"].setdefault("annotations", {})[ACTIVE_SERVICES_ANNOTATION] = active
         return [deployment, service]
 
     async def _preempt(self, step: Step, now: datetime) -> tuple[Step, Model]:
@@ -273,7 +274,7 @@ class Reconciler:
         live = step.inputs.deployment
         stopped = live is not None and live.replicas > 0 and step.plan.replicas == 0
         facts = PassFacts(stopped_at=applied_at if stopped else None,
-                          ready_condition_at=ready_since(pod, deployment) if status.phase == "Ready" else None)
+                          ready_condition_at=ready_since(pod, deployment) if status.phase == READY else None)
         self.lifecycle.observe(model, status, now, facts)
         return reading_log
 

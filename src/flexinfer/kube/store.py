@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from flexinfer.api.conventions import MODEL_LABEL
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.loading import parse_stored
@@ -27,7 +28,6 @@ from flexinfer.core.flashloader_settings import cache_matches_model
 
 Body = dict[str, Any]
 Key = tuple[str, str]
-MODEL_LABEL = "flexinfer.ai/model"
 T = TypeVar("T")
 
 

@@ -20,6 +20,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod, Service
 
+from flexinfer.api.conventions import MANAGED_BY, MANAGED_BY_LABEL
 from flexinfer.kube.client import ModelDemandResource, ModelResource
 from flexinfer.kube.store import Store
 
@@ -28,7 +29,7 @@ GPULeaseResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "GPULe
 log = logging.getLogger("flexinfer.manager")
 OPTIONAL_KINDS = frozenset({"ModelDemand"})
 """Kinds whose CRD may be missing at start (installed later than the manager)."""
-MANAGED_SELECTOR: dict[str, Any] = {"app.kubernetes.io/managed-by": "flexinfer"}
+MANAGED_SELECTOR: dict[str, Any] = {MANAGED_BY_LABEL: MANAGED_BY}
 KINDS: tuple[tuple[str, str, Any, dict[str, Any] | None], ...] = (
     ("ModelCache", "ai.flexinfer/v1alpha1", ModelCacheResource, None),
     ("GPULease", "ai.flexinfer/v1alpha2", GPULeaseResource, None),

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from flexinfer.api.model import Model
+from flexinfer.core.phases import READY
 from flexinfer.kube.demand import rfc3339, utc_now
 from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.model_api import KubeApiError
@@ -109,7 +110,7 @@ class WaitMarker:
         """The write this replica's report needs now, if any (see the module docstring)."""
         model = self._store.get(key)
         start = self._periods.get(key)
-        wanted = None if start is None or model is None or model.status.phase == "Ready" else rfc3339(start)
+        wanted = None if start is None or model is None or model.status.phase == READY else rfc3339(start)
         if wanted == self._written.get(key):
             return None
         namespace, _, name = key.partition("/")

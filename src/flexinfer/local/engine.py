@@ -4,7 +4,7 @@
 the flash-loader is enabled), picks a launch profile, spawns the server on a free loopback port in its own
 process group and returns once its health endpoint answers. A server that exits before Ready raises
 ``EngineError`` with its last output lines; cancelling ``start`` kills what it spawned. A server that
-exits after Ready is reported through ``on_exit`` (the dispatcher turns it into ``ModelStopped``).
+exits after Ready is reported through ``on_exit`` (the dispatcher turns it into ``ModelCrashed``).
 ``stop`` is SIGTERM → grace → SIGKILL for the group; ``aclose`` does that for every child; ``hurry``
 SIGTERMs every child now and SIGKILLs it after ``close_grace`` (a second shutdown signal). With
 ``records_dir`` every child group is recorded there while it runs (``flexinfer.local.leftovers``), so a

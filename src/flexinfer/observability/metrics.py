@@ -144,12 +144,9 @@ class LifecycleMetrics:
             self._group_state.labels(*labels).set(1 if candidate == state else 0)
             self._book.note(model.key, self._group_state, labels)
 
-    def preempted(self, loser: Model, winner: Model) -> None:
-        self.preemption(loser, winner.name)
-
-    def preemption(self, loser: Model, to: str) -> None:
-        """``loser`` lost its group's GPU to ``to`` (a member name, or ``gpu-lease/<owner>``)."""
-        labels = (loser.group or "", loser.namespace, loser.name, to)
+    def preempted(self, loser: Model, by: str) -> None:
+        """``loser`` lost its group's GPU to ``by`` (a member name, or ``gpu-lease/<owner>``)."""
+        labels = (loser.group or "", loser.namespace, loser.name, by)
         self._preemptions.labels(*labels).inc()
         self._book.note(loser.key, self._preemptions, labels)
 
@@ -292,9 +289,6 @@ class ProxyMetrics:
             self._note(key, self._activation, (*labels, result))
         for metric in (self._wait, self._queued, self._rejected, self._depth, self._connections):
             self._note(key, metric, labels)
-
-    def forget_model(self, key: str) -> None:
-        self.declare_models(self._declared - {key})
 
     def _label(self, model: str | None) -> str:
         return model if model is not None and model in self._declared else UNKNOWN_MODEL

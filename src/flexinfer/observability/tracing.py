@@ -6,12 +6,12 @@ variables (read from the settings snapshot, never from ``os.environ``), W3C trac
 
 Wiring (adapters never import this package; assembly hands them objects that fit their ports)::
 
-    tracing = init_tracing("flexinfer-proxy", tracing_settings(environment()))
-    create_app(..., tracer=proxy_tracer(tracing))                                    # proxy port
-    manager(..., reconcile=partial(reconcile_span, tracing, metrics=lifecycle_metrics))  # kube handlers
-    Dispatcher(..., observer=ObserverGroup([lifecycle_metrics, TracingObserver(tracing)]))  # runtime
-    ...
-    tracing.shutdown()                                                               # flushes
+    tracing = init_tracing("flexinfer-proxy", tracing_settings(env))    # env: the settings snapshot
+    create_app(..., tracer=proxy_tracer(tracing))                         # proxy port
+    Manager(..., partial(reconcile_span, tracing, metrics=lifecycle_metrics))  # the manager's ReconcileScope
+    Dispatcher(..., observer=ObserverGroup([lifecycle_metrics, TracingObserver(tracing)]))  # runtime; the
+    ...                                                                   # tracing observer only when enabled
+    tracing.shutdown()                                                    # flushes
 
 Modules: ``tracing_config`` (settings), ``tracing_provider`` (handle, ``init_tracing``), ``tracing_reconcile``,
 ``tracing_proxy``, ``tracing_lifecycle`` (span helpers). See docs/tracing.md for the spans and attributes.

@@ -26,6 +26,7 @@ from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter import Arbiter
 from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
 from flexinfer.core.errors import ModelNotFoundError, ShuttingDownError
+from flexinfer.core.phases import FAILED, READY
 from flexinfer.runtime.dispatcher_effects import EffectRunner, Waiter
 from flexinfer.runtime.engine_tasks import EngineTasks
 from flexinfer.runtime.observer import LifecycleObserver, NullObserver
@@ -165,7 +166,7 @@ class Dispatcher:
         key = self._declared(model)
         await self.send(ev.Preload(key))
         if wait:
-            await self.wait_for(lambda: self._phase(key) in ("Ready", "Failed"), timeout)
+            await self.wait_for(lambda: self._phase(key) in (READY, FAILED), timeout)
         return self._phase(key)
 
     async def unload(self, model: ModelKey) -> None:

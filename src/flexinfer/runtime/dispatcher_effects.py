@@ -94,7 +94,7 @@ class EffectRunner:
             case ev.ObserveStage():
                 obs.stage(self._model(effect.model), effect.stage, effect.seconds)
             case ev.Preempted():
-                obs.preempted(self._model(effect.loser), self._model(effect.winner))
+                obs.preempted(self._model(effect.loser), self._model(effect.winner).name)
             case ev.ActivationDone():
                 obs.activation(self._record(effect))
             case ev.ModelDeclared():

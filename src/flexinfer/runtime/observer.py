@@ -1,9 +1,11 @@
-"""The ``LifecycleObserver`` port: how the dispatcher reports lifecycle facts to metrics and traces.
+"""The ``LifecycleObserver`` port: how lifecycle facts reach metrics, traces and the activity log.
 
-The dispatcher (``flexinfer.runtime.dispatcher``) calls one observer synchronously from its task;
+One port for both reporters: the dispatcher (``flexinfer.runtime.dispatcher``, local and in-cluster proxy)
+calls one observer synchronously from its task, and the manager's lifecycle tracker
+(``flexinfer.kube.lifecycle``) calls it on the transitions it reads from stored status.
 ``flexinfer.assembly`` passes ``LifecycleMetrics`` (``flexinfer.observability.metrics``), a tracing
-adapter, or both through ``ObserverGroup``. Subclass ``NullObserver`` to implement only some methods.
-Times are readings of the dispatcher's clock (``time.monotonic()`` in production). ``declared`` comes
+adapter, the activity log, or several through ``ObserverGroup``. Subclass ``NullObserver`` to implement only
+some methods. The dispatcher's times are readings of its clock (``time.monotonic()`` in production). ``declared`` comes
 before any other call for a model (and again when its spec changes), ``forgotten`` after the last one.
 """
 
@@ -50,7 +52,11 @@ class LifecycleObserver(Protocol):
 
     def stage(self, model: Model, stage: str, seconds: float) -> None: ...
 
-    def preempted(self, loser: Model, winner: Model) -> None: ...
+    def preempted(self, loser: Model, by: str) -> None:
+        """``loser`` lost its group's GPU to ``by`` (the winner's name, or ``gpu-lease/<owner>``)."""
+
+    def group_state(self, model: Model, state: str) -> None:
+        """A shared-group member's state (``Active``, ``Preempted``, ``Queued``) as the manager stored it."""
 
     def activation(self, record: ActivationRecord) -> None: ...
 
@@ -74,7 +80,10 @@ class NullObserver:
     def stage(self, model: Model, stage: str, seconds: float) -> None:
         return None
 
-    def preempted(self, loser: Model, winner: Model) -> None:
+    def preempted(self, loser: Model, by: str) -> None:
+        return None
+
+    def group_state(self, model: Model, state: str) -> None:
         return None
 
     def activation(self, record: ActivationRecord) -> None:
@@ -112,8 +121,11 @@ class ObserverGroup:
     def stage(self, model: Model, stage: str, seconds: float) -> None:
         self._each("stage", model, stage, seconds)
 
-    def preempted(self, loser: Model, winner: Model) -> None:
-        self._each("preempted", loser, winner)
+    def preempted(self, loser: Model, by: str) -> None:
+        self._each("preempted", loser, by)
+
+    def group_state(self, model: Model, state: str) -> None:
+        self._each("group_state", model, state)
 
     def activation(self, record: ActivationRecord) -> None:
         self._each("activation", record)

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
-from flexinfer.kube.demand import ENDPOINT_OVERRIDE_ANNOTATION, DemandSignal, KubeEngine, rfc3339
+from flexinfer.kube.demand import DemandSignal, KubeEngine, rfc3339
 from flexinfer.kube.demand_report import DemandReport
 from flexinfer.kube.model_api import KubeApiError
 from flexinfer.kube.model_watch import ModelStore, ModelWatcher
@@ -94,7 +95,8 @@ async def test_a_burst_of_signals_shares_one_patch() -> None:
     async with cluster(model_body("m", phase="Idle")) as c:
         c.api.patch_gate = asyncio.Event()
         burst = [asyncio.create_task(c.demand.signal(c.model())) for _ in range(20)]
-        await asyncio.sleep(0.01)
+        # the write starts after every signal has joined it (tasks run in creation order)
+        await eventually(lambda: c.api.held_patches == 1)
         c.api.patch_gate.set()
         await asyncio.gather(*burst)
         assert len(c.api.demand_writes) == 1 and c.demand.patches == 1
@@ -130,7 +132,8 @@ async def test_forbidden_is_not_retried() -> None:
         assert len(c.api.patch_failures) == 1
 
 
-async def test_cancelling_a_signal_during_the_retry_wait_stops_retrying() -> None:
+async def test_a_write_in_its_retry_wait_ends_with_the_signal_and_retries_no_more() -> None:
+    """A cancelled waiter leaves the shared write to the others that joined it; closing the signal ends it."""
     async with cluster(model_body("m")) as c:
         demand = DemandSignal(c.report, c.store, now=c.clock.now, clock=c.clock.mono, retry_delay=60.0)
         c.api.patch_failures = [KubeApiError("conflict", 409), KubeApiError("never reached", 409)]
@@ -139,6 +142,7 @@ async def test_cancelling_a_signal_during_the_retry_wait_stops_retrying() -> Non
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await demand.aclose()
         assert len(c.api.patch_failures) == 1 and demand.patches == 0
 
 
@@ -152,7 +156,7 @@ async def test_keep_alive_patches_at_most_once_a_minute() -> None:
         c.clock.offset = 61
         c.demand.keep_alive(c.model())
         await c.seen(lambda _: len(c.api.demand_writes) == 2)
-        await asyncio.sleep(0.02)
+        await eventually(lambda: not c.demand._background)  # every keep-alive started has finished
         assert len(c.api.demand_writes) == 2
 
 
@@ -161,7 +165,7 @@ async def test_keep_alive_skips_when_this_replica_signalled_recently() -> None:
         await c.demand.signal(c.model())
         c.clock.offset = 20
         c.demand.keep_alive(c.model())
-        await asyncio.sleep(0.02)
+        assert not c.demand._background  # the throttle decides at once: no write was started
         assert len(c.api.demand_writes) == 1
 
 
@@ -171,7 +175,7 @@ async def test_start_signals_demand_then_returns_when_the_watch_reports_ready() 
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"phase": "Loading"})
         await c.api.set_status("m", {"phase": "Ready"})  # Ready without an endpoint is not enough
-        await asyncio.sleep(0.02)
+        await c.seen(lambda _: c.model().status.phase == "Ready")  # the store ran the engine's check on it
         assert not start.done()
         await c.api.set_status("m", {"endpoint": "http://m.default.svc:8000"})
         assert await asyncio.wait_for(start, 2) == Endpoint("http://m.default.svc:8000")
@@ -213,16 +217,24 @@ async def test_a_stalled_load_fails_when_its_deadline_passes() -> None:
 async def test_progress_moves_the_stall_deadline() -> None:
     """The test's clock moves only when told to, so however slow the machine, the first deadline is still
     ahead when the progress stamp arrives; the engine's timer for that old deadline then fires into a model
-    whose new deadline is far away."""
+    whose new deadline is far away (seen as the engine reading the moved clock: once when the timer fires, once
+    when it re-arms for the new deadline)."""
     doc = model_body("m", phase="Loading")
     doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.9)))
     async with cluster(doc) as c:
-        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        readings: list[datetime] = []
+
+        def watched_now() -> datetime:
+            readings.append(c.clock.now())
+            return readings[-1]
+
+        start = asyncio.create_task(c.engine(now=watched_now).start(c.model(), no_report))
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"loadingProgressAt": rfc3339(T0 + timedelta(seconds=1))})
         await c.seen(lambda _: c.model().status.loading_progress_at == T0 + timedelta(seconds=1))
         c.clock.offset = 5.0  # past the first deadline (T0 + 0.1 s), far before the new one (T0 + 121 s)
-        await asyncio.sleep(0.3)  # the engine's timer for the first deadline (0.11 s) fires in this window
+        moved = T0 + timedelta(seconds=5)
+        await eventually(lambda: sum(reading >= moved for reading in readings) >= 2)
         assert not start.done()
         await c.api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
         assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")

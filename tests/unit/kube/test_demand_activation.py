@@ -55,7 +55,7 @@ async def test_a_ready_model_is_granted_without_a_new_activation() -> None:
         await eventually(lambda: demand_patches(api, "m") == 1)  # the start's demand signal; keep-alive throttled
         second = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
         second.release()
-        await asyncio.sleep(0.02)
+        await eventually(lambda: not cluster.demand._background)  # any keep-alive started has finished
         assert demand_patches(api, "m") == 1
 
 

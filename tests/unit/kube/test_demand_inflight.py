@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from flexinfer.api.conventions import INFLIGHT_PREFIX
 from flexinfer.api.model import Model
 from flexinfer.core.errors import ColdStartTimeoutError
-from flexinfer.core.model_status_plan import INFLIGHT_PREFIX, busy_proxies
+from flexinfer.core.model_status_plan import busy_proxies
 from flexinfer.kube import proxy_side
 from flexinfer.kube.demand_report import DemandReport, PodOwner
 from flexinfer.kube.inflight_report import InflightReporter, proxy_identity
@@ -157,7 +158,7 @@ async def test_a_refused_first_report_is_not_forwarded_and_the_request_waits_for
         demand_before = demand_writes(api)
         await api.set_status("m", {"phase": "Preempted"})  # the watch catches up
         await eventually(lambda: demand_writes(api) > demand_before)  # activated again: demand signalled
-        await asyncio.sleep(0)
+        await eventually(lambda: "default/m" in cluster.store._waiters)  # the engine now waits for Ready
         assert not request.done() and report(api) is None
         await api.set_status("m", {"phase": "Ready"})
         grant = await asyncio.wait_for(request, 2)

@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from flexinfer.core.election import WAITING_SINCE_ANNOTATION, parse_waiting_since
+from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
+from flexinfer.core.election import parse_waiting_since
 from flexinfer.core.errors import FlexInferError
 from flexinfer.kube.demand import rfc3339
 from flexinfer.kube.proxy_side import ClusterSide

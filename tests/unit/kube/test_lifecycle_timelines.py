@@ -54,7 +54,7 @@ class Sink:
     def group_state(self, model: Model, state: str) -> None:
         pass
 
-    def preemption(self, model: Model, to: str) -> None:
+    def preempted(self, model: Model, by: str) -> None:
         pass
 
     def forgotten(self, model: Model) -> None:

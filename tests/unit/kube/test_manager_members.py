@@ -11,8 +11,9 @@ from typing import Any, cast
 
 import pytest
 
+from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.core.controller_defaults import ControllerDefaults
-from flexinfer.core.election import WAITING_SINCE_ANNOTATION, ElectionPolicy
+from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.model_status_plan import WAKE_MARGIN, ManagerPolicy, next_wakeup
 from flexinfer.kube.client import KubeApi
 from flexinfer.kube.demand import rfc3339

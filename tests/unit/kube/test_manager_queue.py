@@ -37,14 +37,14 @@ async def test_one_unit_is_never_run_by_two_workers_at_once() -> None:
         nonlocal overlaps
         overlaps += unit in running
         running.add(unit)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a yield inside the handler: the interleaving under test, not a wait
         running.discard(unit)
 
     queue: ReconcileQueue[str] = ReconcileQueue(handler, workers=4)
     queue.start()
     for i in range(50):
         queue.add(f"u{i % 3}")
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # adds interleaved with running handlers: the behaviour under test
     await asyncio.wait_for(queue.idle(), 2)
     assert overlaps == 0
     await queue.stop()

@@ -136,7 +136,7 @@ async def test_wait_until_is_resolved_by_a_change_and_cleans_up() -> None:
         return "yes" if model is not None and model.status.phase == "Ready" else None
 
     waiter = asyncio.create_task(store.wait_until("default/a", ready))
-    await asyncio.sleep(0)
+    await eventually(lambda: "default/a" in store._waiters)
     assert not waiter.done()
     doc = model_body("a", phase="Ready")
     doc["metadata"]["resourceVersion"] = "2"
@@ -156,7 +156,7 @@ async def test_wait_until_raises_what_the_check_raises_and_cancellation_unregist
     store.upsert(Model.model_validate(model_body("a")))
     failing = asyncio.create_task(store.wait_until("default/a", gone))
     cancelled = asyncio.create_task(store.wait_until("default/a", lambda m: None))
-    await asyncio.sleep(0)
+    await eventually(lambda: len(store._waiters.get("default/a", ())) == 2)
     cancelled.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await cancelled

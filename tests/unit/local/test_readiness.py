@@ -81,7 +81,7 @@ async def test_wait_ready_reports_connection_then_returns_when_healthy() -> None
 async def test_wait_ready_stops_when_the_process_exits() -> None:
     exited = asyncio.Event()
     waiter = asyncio.create_task(wait_ready("127.0.0.1", probe_free_port(), "/", timeout=10, exited=exited))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: the exit comes after the wait began (the order under test)
     exited.set()
     with pytest.raises(ServerExited):
         await asyncio.wait_for(waiter, 5)

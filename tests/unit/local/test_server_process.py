@@ -33,7 +33,7 @@ async def test_terminate_ends_after_every_other_task_was_cancelled() -> None:
     for task in asyncio.all_tasks():
         if task is not me:
             task.cancel()  # the log pump and the exit watcher, as asyncio.run's final cancellation does
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn delivers those cancellations, as asyncio.run does before it returns
     async with asyncio.timeout(5):
         assert await process.terminate(2.0) == -signal.SIGTERM
     assert not alive(process.pid)

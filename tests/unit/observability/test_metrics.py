@@ -170,7 +170,7 @@ def test_forgetting_a_model_removes_its_series_and_the_pairs_it_is_part_of() -> 
     a, b = make_model("a", group="g"), make_model("b", group="g")
     metrics.declared(a)
     metrics.declared(b)
-    metrics.preempted(a, b)
+    metrics.preempted(a, b.name)
     metrics.forgotten(b)
     assert not series(registry, 'model="b"')
     assert not series(registry, '"b"'), "a preemption series naming b survived"

@@ -15,6 +15,7 @@ from flexinfer.proxy.limits import (
     TokenBucket,
     effective_limit,
 )
+from support.polling import eventually
 
 
 class Clock:
@@ -101,8 +102,7 @@ async def test_a_models_parallel_capacity_queues_the_rest_without_a_proxy_cap():
             running -= 1
 
     tasks = [asyncio.ensure_future(request()) for _ in range(4)]
-    await asyncio.sleep(0)
-    assert running == 1
+    await eventually(lambda: running == 1)
     release.set()
     await asyncio.gather(*tasks)
     assert peak == 1
