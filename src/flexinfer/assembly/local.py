@@ -31,6 +31,7 @@ from flexinfer.local.config import local_config
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.validation import check_manifests
+from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
 from flexinfer.observability.tracing import (
     Tracing,
@@ -101,8 +102,8 @@ class LocalServer:
             log.info("stopped in %.1fs", time.monotonic() - started)
 
 
-def _observer(registry: CollectorRegistry, tracing: Tracing) -> LifecycleObserver:
-    observers: list[LifecycleObserver] = [LifecycleMetrics(registry)]
+def _observer(registry: CollectorRegistry, tracing: Tracing, lifecycle_log: LifecycleLog) -> LifecycleObserver:
+    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), lifecycle_log]
     if tracing.enabled:
         observers.append(TracingObserver(tracing))
     return ObserverGroup(observers)
@@ -139,7 +140,9 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
         log.warning("%s", problem)
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
     engine = LocalEngine(local.engine, stager=flash_stage)
-    dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing))
+    lifecycle_log = LifecycleLog(lambda key: dispatcher.state(key))  # noqa: PLW0108 (dispatcher is built next)
+    dispatcher = Dispatcher(engine, models, policy=local.policy,
+                            observer=_observer(registry, tracing, lifecycle_log))
     engine.on_exit = dispatcher.model_exited
     app = _proxy_app(proxy_cfg, models, dispatcher, engine, registry=registry, tracing=tracing)
     proxy = ProxyServer(app, proxy_cfg)

@@ -22,6 +22,7 @@ from flexinfer.kube.connection import load_kubeconfig
 from flexinfer.kube.model_api import LightkubeModelApi
 from flexinfer.kube.model_watch import ModelStore
 from flexinfer.kube.proxy_side import ClusterSide, cluster_proxy_settings
+from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import ProxyMetrics
 from flexinfer.observability.tracing import (
     Tracing,
@@ -32,6 +33,7 @@ from flexinfer.observability.tracing import (
 )
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.config import proxy_config
+from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment
 
 log = logging.getLogger("flexinfer.proxy")
@@ -75,7 +77,10 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
                                       queue_limit=proxy_cfg.max_queue_size)
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", tracing_settings(env))
-    side = ClusterSide(api, settings, observer=TracingObserver(tracing) if tracing.enabled else None)
+    observers: list[LifecycleObserver] = [LifecycleLog(lambda key: side.dispatcher.state(key))]  # noqa: PLW0108
+    if tracing.enabled:
+        observers.append(TracingObserver(tracing))
+    side = ClusterSide(api, settings, observer=ObserverGroup(observers))
     try:
         await side.start()
         metrics = ProxyMetrics(registry, [m.key for m in side.store.all()])

@@ -208,6 +208,8 @@ class LocalEngine:
         report("server_start")
         process = await ServerProcess.spawn(plan.argv, env, self.logs.get(model.key))
         self._children.add(process)
+        log.info("model %s: server started (pid %s, port %d)", model.key, process.pid, port,
+                 extra={"event": "server_started", "model": model.key, "pid": process.pid, "port": port})
         timeout = start_timeout(model, self.settings.start_timeout)
         try:
             await wait_ready(self.settings.host, port, plan.health_path, timeout=timeout, exited=process.exited,
