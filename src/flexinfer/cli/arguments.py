@@ -59,3 +59,13 @@ def start_logging(args: argparse.Namespace, env: Mapping[str, str]) -> None:
 
     configure_logging(log_settings(env, level=args.log_level, format=args.log_format,
                                    access_log=getattr(args, "access_log", None)))
+
+
+def duration(text: str) -> float:
+    """An argparse ``type`` for a Go-style duration (``90s``, ``10m``, ``1h30m``) → seconds."""
+    from flexinfer.api.units import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
