@@ -2,7 +2,8 @@
 ``load``/``unload`` with progress, ``logs --since`` and ``logs -f``, and shell completion answered by the
 real entry point.
 
-The models are the scripted fake server (``support.fake_openai``); one has a name longer than any terminal.
+The models are the scripted fake server (``support.fake_openai``); one has a name longer than any terminal; a
+ConfigMap beside them is skipped by ``serve`` with a warning.
 """
 
 from __future__ import annotations
@@ -38,14 +39,17 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
     docs = [model_manifest(m, weights, "pair", {"command": fake_server_command("--model-name", m)})
             for m in ("left", LONG)]
     docs.append(model_manifest("broken", weights, None, {"command": fake_server_command("--crash-at-start")}))
-    process = ServeProcess.start(write_manifests(tmp_path / "models" / "m.yaml", docs).parent,
-                                 serve_env(tmp_path / "state"))
+    directory = write_manifests(tmp_path / "models" / "m.yaml", docs).parent
+    (directory / "notes.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n")
+    process = ServeProcess.start(directory, serve_env(tmp_path / "state"))
     yield process
     process.stop()
 
 
 def test_ps_load_unload(serve: ServeProcess) -> None:
     url = ["--url", serve.url]
+    assert "WARNING flexinfer.serve: skipped " in serve.log  # serve leaves other kinds out, naming them
+    assert "notes.yaml:2: kind: ConfigMap (v1) is not a FlexInfer kind" in serve.log
     loaded = cli("load", "left", *url)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.startswith("default/left: Ready at http://127.0.0.1:")

@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Manifest, Model, load_manifests
+from flexinfer.api.errors import FieldProblem
 from flexinfer.core.errors import ConfigError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage
@@ -63,8 +64,12 @@ async def flash_stage(model: Model, src: Path, dst: Path) -> None:
 
 
 def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
-    """The Model manifests under ``paths``; ``ConfigError`` when there are none."""
-    manifests = [m for m in load_manifests(paths) if isinstance(m.resource, Model)]
+    """The Model manifests under ``paths``; ``ConfigError`` when there are none. Objects of other API groups
+    (a ConfigMap beside the manifests) are left out with a warning naming file:line and kind."""
+    skipped: list[FieldProblem] = []
+    manifests = [m for m in load_manifests(paths, skipped) if isinstance(m.resource, Model)]
+    for problem in skipped:
+        log.warning("skipped %s", problem)
     if not manifests:
         raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in paths)}")
     return manifests
