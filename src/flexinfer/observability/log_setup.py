@@ -22,7 +22,7 @@ ACCESS_LOGGER = "flexinfer.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JSON_FIELDS = ("asctime", "levelname", "name", "message")
 QUIET_LIBRARIES = ("kopf", "aiohttp.access")
-"""Libraries whose INFO chatter is not ours: kept at WARNING unless DEBUG is asked for (aiohttp's own access
+"""Libraries whose INFO chatter is not ours: kept at WARNING or above whatever the level (aiohttp's own access
 log would duplicate ``flexinfer.access``)."""
 
 
