@@ -21,7 +21,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("model", help="model name, alias or namespace/name")
     parser.add_argument("--timeout", type=duration, default=600.0, metavar="DURATION",
-                        help="how long to wait for Ready (default 10m)")
+                        help="how long to wait for Ready (default 10m; the activation stays requested after it)")
     parser.add_argument("--no-wait", dest="wait", action="store_false", help="return once the activation is asked")
     add_connection_arguments(parser)
     return parser
