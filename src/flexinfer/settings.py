@@ -2,17 +2,26 @@
 
 Everything else receives an immutable snapshot (``Environment``) and parses the part it owns with pure
 functions (``flexinfer.core.controller_defaults``, ``flexinfer.proxy.config``,
-``flexinfer.observability.tracing``), so tests pass plain dicts instead of patching ``os.environ``.
+``flexinfer.observability.tracing``), so tests pass plain dicts instead of patching ``os.environ``. They all
+parse through ``flexinfer.core.envvalues.EnvReader``; ``warn`` is the sink for the values that fall back to
+their default (a WARNING on the ``flexinfer.settings`` logger naming the variable, the value and the default).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 Environment = Mapping[str, str]
+log = logging.getLogger("flexinfer.settings")
+
+
+def warn(message: str) -> None:
+    """Log one settings warning (an unparsable value that falls back to its default)."""
+    log.warning("%s", message)
 
 
 def environment() -> Environment:

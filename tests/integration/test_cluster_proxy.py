@@ -230,7 +230,8 @@ async def test_unknown_and_parked_models_are_404(cluster: tuple[Manager, Cluster
 async def test_a_models_series_exist_at_zero_while_the_proxy_knows_it(
         cluster: tuple[Manager, ClusterProxy, Upstream]) -> None:
     manager, proxy, _ = cluster
-    zero = 'flexinfer_proxy_activation_duration_seconds_count{model="fresh",result="success"} 0.0'
+    fresh = f'model="fresh",namespace="{manager.ns}"'
+    zero = 'flexinfer_proxy_activation_duration_seconds_count{' + fresh + ',result="success"} 0.0'
 
     async def metrics() -> str:
         async with aiohttp.ClientSession() as session, session.get(f"{proxy.url}/metrics") as page:
@@ -239,7 +240,7 @@ async def test_a_models_series_exist_at_zero_while_the_proxy_knows_it(
     await manager.create("fresh")
     await eventually(lambda: proxy.side.catalog.resolve("fresh") is not None)
     text = await metrics()
-    assert zero in text and 'flexinfer_proxy_requests_total{model="fresh",status="cancelled"} 0.0' in text
+    assert zero in text and 'flexinfer_proxy_requests_total{' + fresh + ',status="cancelled"} 0.0' in text
     await manager.client.delete(Model, "fresh", namespace=manager.ns)
     await eventually(lambda: proxy.side.catalog.resolve("fresh") is None)
     assert 'model="fresh"' not in await metrics()

@@ -131,7 +131,7 @@ def test_bad_log_settings_exit_naming_the_variable(manifests: Path, tmp_path: Pa
     serve = ServeProcess(["serve", "-f", str(manifests), "--port", "0"],
                          serve_env(tmp_path / "state", FLEXINFER_LOG_FORMAT="yaml"))
     assert serve.finish() == 1
-    assert "FLEXINFER_LOG_FORMAT='yaml': expected one of text, json" in serve.log
+    assert "FLEXINFER_LOG_FORMAT='yaml' is not one of text, json" in serve.log
     port = ServeProcess(["serve", "-f", str(manifests)], serve_env(tmp_path / "state", FLEXINFER_PORT="http"))
     assert port.finish() == 1 and "FLEXINFER_PORT='http'" in port.log
 

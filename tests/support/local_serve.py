@@ -45,11 +45,11 @@ def fake_server_command(*extra: str) -> list[str]:
 
 
 def serve_env(state_dir: Path, **overrides: str) -> dict[str, str]:
-    """The environment for ``serve``: fast swaps, logs under ``state_dir``, tests importable (ahead of an
-    inherited ``PYTHONPATH``, which stays so the child runs the same ``flexinfer`` as the test)."""
-    python_path = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    """The environment for ``serve``: fast swaps, logs under ``state_dir``, tests importable (in front of the
+    caller's ``PYTHONPATH``, which the child keeps, so it runs the same ``flexinfer`` as the test)."""
+    paths = [str(TESTS_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "FLEXINFER_STATE_DIR": str(state_dir), "FLEXINFER_SWAP_MIN_HOLD": "0s",
-           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"), "PYTHONPATH": python_path}
+           "FLEXINFER_SHM_ROOT": str(state_dir / "shm"), "PYTHONPATH": os.pathsep.join(paths)}
     env.update(overrides)
     return env
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.units import parse_duration, parse_quantity
@@ -17,13 +18,25 @@ from flexinfer.api.units import parse_duration, parse_quantity
 GROUP = "ai.flexinfer"
 
 
+FORMAT_ERRORS = frozenset({"invalid_duration", "invalid_quantity"})
+"""Error types of a value that has the right JSON type but a text FlexInfer cannot parse. The CRDs reject
+these by ``pattern``; an object stored before that pattern existed has only that field ignored
+(``flexinfer.api.loading.parse_stored``)."""
+
+
 def _check_duration(value: str) -> str:
-    parse_duration(value)
+    try:
+        parse_duration(value)
+    except ValueError as error:
+        raise PydanticCustomError("invalid_duration", str(error)) from None
     return value
 
 
 def _check_quantity(value: str) -> str:
-    parse_quantity(value)
+    try:
+        parse_quantity(value)
+    except ValueError as error:
+        raise PydanticCustomError("invalid_quantity", str(error)) from None
     return value
 
 
@@ -42,11 +55,12 @@ Quantity = Annotated[
 
 
 class ApiModel(BaseModel):
-    """Base of every spec type: camelCase keys, unknown keys rejected, names usable in Python."""
+    """Base of every spec type: camelCase keys, unknown keys rejected, names usable in Python. A docstring
+    under a field is its description (CRD schema, ``docs/reference/models.md``)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
-        validate_default=False,
+        validate_default=False, use_attribute_docstrings=True,
     )
 
     def to_dict(self) -> dict[str, Any]:

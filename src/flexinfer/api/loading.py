@@ -4,6 +4,10 @@
 ``load_manifests`` reads files and directories of multi-document YAML into ``Manifest`` records that remember
 where each field was written (the YAML composer's node marks), so later checks (``flexinfer.local.validation``)
 name the file and line too; ``load_paths`` is the same without the records (the CLI, the local engine).
+``parse_stored`` is for objects the API server
+already holds (the manager's and the proxy's watches): a quantity or duration FlexInfer cannot parse —
+written before the CRD carried its ``pattern`` — is dropped, so the next layer or the default applies, and
+returned as a problem to report; every other problem still raises.
 
 A path ``-`` reads standard input. A ``kind: List`` document (``kubectl get -o yaml``) contributes its
 ``items``. An object of a kind outside ``ai.flexinfer`` (a ConfigMap kept beside the manifests) is an error
@@ -13,17 +17,19 @@ left out. Unknown kinds inside ``ai.flexinfer`` are always errors (a typo must n
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from flexinfer.api.base import FORMAT_ERRORS
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
@@ -32,6 +38,7 @@ from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.api.rules import model_problems
 
 Resource = Model | ModelCache | GPULease | ModelDemand
+T = TypeVar("T", bound=BaseModel)
 KINDS: dict[tuple[str, str], type[Resource]] = {
     ("ai.flexinfer/v1alpha2", "Model"): Model,
     ("ai.flexinfer/v1alpha1", "ModelCache"): ModelCache,
@@ -133,6 +140,56 @@ def parse_resource(doc: Any, source: str = "", index: int | None = None, lines: 
         if problems:
             raise _located([FieldProblem(p.path, p.message, source, index) for p in problems], lines)
     return resource
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored object as FlexInfer uses it, and the fields it had to ignore (``parse_stored``)."""
+
+    resource: Resource
+    ignored: tuple[FieldProblem, ...] = ()
+
+
+def parse_stored(doc: Any) -> Stored:
+    """Like ``parse_resource``, but unparsable quantities and durations are dropped and listed in ``ignored``."""
+    try:
+        return Stored(parse_resource(doc))
+    except InvalidResourceError as error:
+        original = error
+    cls = KINDS.get((str(doc.get("apiVersion", "")), str(doc.get("kind", "")))) if isinstance(doc, dict) else None
+    if cls is None:
+        raise original
+    try:
+        _, pruned, ignored = validate_stored(cls, doc)
+    except ValidationError:
+        raise original from None
+    if not ignored:  # the schema holds; a cross-field rule failed
+        raise original
+    return Stored(parse_resource(pruned), ignored)
+
+
+def validate_stored(cls: type[T], doc: dict[str, Any]) -> tuple[T, dict[str, Any], tuple[FieldProblem, ...]]:
+    """``cls.model_validate(doc)`` after dropping the quantities and durations that do not parse: (object, the
+    pruned document, the ignored fields). Any other problem raises the ``ValidationError``."""
+    try:
+        return cls.model_validate(doc), doc, ()
+    except ValidationError as exc:
+        if any(err["type"] not in FORMAT_ERRORS for err in exc.errors()):
+            raise
+        errors = exc.errors()
+    pruned = copy.deepcopy(doc)
+    for err in errors:
+        _drop(pruned, err["loc"])
+    ignored = tuple(FieldProblem(_path(err["loc"]), _message(err)) for err in errors)
+    return cls.model_validate(pruned), pruned, ignored
+
+
+def _drop(doc: dict[str, Any], loc: tuple[int | str, ...]) -> None:
+    """Remove the value at ``loc`` (a pydantic error location) from ``doc``."""
+    node: Any = doc
+    for part in loc[:-1]:
+        node = node[part]
+    del node[loc[-1]]
 
 
 def parse_manifests(text: str, source: str = "", skipped: list[FieldProblem] | None = None) -> list[Manifest]:

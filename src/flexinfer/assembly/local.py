@@ -2,8 +2,13 @@
 
 Manifests → ``LocalEngine`` (flash-loader staging injected) → ``Dispatcher`` (the single writer) → the proxy
 application with the admin API routes, one Prometheus registry for proxy + lifecycle metrics on ``/metrics``,
-and opt-in tracing. SIGTERM/SIGINT shut down gracefully (waiting requests get 503, in-flight ones finish,
-every model server is stopped); a second signal kills the model servers at once. Called by
+and opt-in tracing. On start it reaps model servers a killed ``serve`` left behind. SIGTERM/SIGINT shut
+down gracefully (waiting requests get 503, in-flight ones finish, every model server is stopped); a second
+signal shuts down now (in-flight requests end with a ``shutting down`` error, model servers get SIGTERM and,
+after the close grace, SIGKILL) and ``serve`` exits within ``HURRY_BOUND`` seconds whatever happens; a
+third SIGKILLs the model servers at once. SIGHUP, and a change of the manifest files (polled unless
+``watch_interval`` is ``None``), reload the manifests (``flexinfer.local.reloading``): models are added,
+changed (only that model restarts, after draining) and removed without touching the others. Called by
 ``flexinfer.cli.serve`` and the integration tests.
 """
 
@@ -14,8 +19,8 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from aiohttp import web
@@ -28,9 +33,10 @@ from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage
 from flexinfer.local.admin import AdminApi
 from flexinfer.local.catalog import ManifestCatalog
-from flexinfer.local.config import local_config
+from flexinfer.local.config import local_config, state_dir
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.profiles import SystemAvailability
+from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
 from flexinfer.local.validation import check_manifests
 from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
@@ -42,12 +48,17 @@ from flexinfer.observability.tracing import (
     tracing_settings,
 )
 from flexinfer.proxy.app import ProxyServer, create_app
+from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig, proxy_config
+from flexinfer.proxy.status_page import StatusPage, install
+from flexinfer.runtime.activity import ActivityLog
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment
 
 log = logging.getLogger("flexinfer.serve")
+HURRY_SLACK = 3.0
+"""Seconds allowed on top of the close grace for a hurried shutdown before ``serve`` gives up waiting."""
 
 
 async def flash_stage(model: Model, src: Path, dst: Path) -> None:
@@ -95,10 +106,32 @@ class LocalServer:
     dispatcher: Dispatcher
     proxy: ProxyServer
     tracing: Tracing
+    reloader: ManifestReloader | None = None
+    _hurrying: asyncio.Future[None] | None = None
+    _reloads: set[asyncio.Task[object]] = field(default_factory=set)
+    _closing: bool = False
+
+    def reload(self, trigger: str) -> None:
+        """Reload the manifests in the background (SIGHUP); ignored once ``close`` began."""
+        if self.reloader is None or self._closing:
+            return
+        task: asyncio.Task[object] = asyncio.ensure_future(self.reloader.reload(trigger))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    def watch(self) -> None:
+        """Start polling the manifest files for changes (see ``flexinfer.local.reloading``)."""
+        if self.reloader is not None:
+            task: asyncio.Task[object] = asyncio.ensure_future(self.reloader.watch())
+            self._reloads.add(task)
+            task.add_done_callback(self._reloads.discard)
 
     async def close(self) -> None:
         """Reject waiting requests, let in-flight ones finish, stop every server, flush traces."""
         started = time.monotonic()
+        self._closing = True
+        for task in list(self._reloads):
+            task.cancel()
         try:
             await asyncio.gather(self.proxy.shutdown(), self.dispatcher.shutdown())
         finally:
@@ -106,50 +139,86 @@ class LocalServer:
             self.tracing.shutdown()
             log.info("stopped in %.1fs", time.monotonic() - started)
 
+    def hurry(self) -> None:
+        """Make a running (or not yet started) ``close`` finish now: end in-flight requests with an error,
+        skip the model drain, SIGTERM every model server (SIGKILL after the close grace)."""
+        aborted = self.proxy.state.abort()
+        log.info("shutting down now: %d request(s) in flight stopped, model servers terminated", aborted)
+        self.engine.hurry()
+        self._hurrying = asyncio.ensure_future(self.dispatcher.shutdown(drain_timeout=0.0))
 
-def _observer(registry: CollectorRegistry, tracing: Tracing, lifecycle_log: LifecycleLog) -> LifecycleObserver:
-    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), lifecycle_log]
+    @property
+    def hurry_bound(self) -> float:
+        """How long a hurried ``close`` may take before ``serve`` stops waiting for it."""
+        return self.engine.settings.close_grace + HURRY_SLACK
+
+
+def _observer(registry: CollectorRegistry, tracing: Tracing, activity: ActivityLog,
+              lifecycle_log: LifecycleLog) -> LifecycleObserver:
+    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), activity, lifecycle_log]
     if tracing.enabled:
         observers.append(TracingObserver(tracing))
     return ObserverGroup(observers)
 
 
-def _proxy_app(config: ProxyConfig, models: list[Model], dispatcher: Dispatcher, engine: LocalEngine, *,
-               registry: CollectorRegistry, tracing: Tracing) -> web.Application:
-    """The proxy application over the dispatcher, plus the admin API routes."""
-    catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
-    app = create_app(config, dispatcher, catalog, registry=registry,
-                     metrics=ProxyMetrics(registry, [m.key for m in models]),
-                     tracer=proxy_tracer(tracing))
+def _proxy_app(config: ProxyConfig, catalog: ManifestCatalog, metrics: ProxyMetrics, dispatcher: Dispatcher,
+               engine: LocalEngine, *, reloader: ManifestReloader, registry: CollectorRegistry, tracing: Tracing,
+               activity: ActivityLog) -> web.Application:
+    """The proxy application over the dispatcher, plus the admin API routes and the status page."""
+    app = create_app(config, dispatcher, catalog, registry=registry, metrics=metrics, tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
-                     token=config.auth_token if config.auth_enabled else "")
+                     token=config.auth_token if config.auth_enabled else "", config=reloader.status.as_json)
     app.router.add_routes(admin.routes())
+    auth = BearerAuth(config.auth_token if config.auth_enabled else None)
+    install(app, StatusPage(dispatcher.snapshot, activity, auth, "local", logs=engine.logs.tail))
     return app
 
 
+def _applier(dispatcher: Dispatcher, catalog: ManifestCatalog,
+             metrics: ProxyMetrics) -> Callable[[list[Model]], Awaitable[None]]:
+    """Apply a reloaded model set: the dispatcher declares it first (an added model is known before the catalog
+    routes to it), then the proxy metrics and the catalog follow (a removed model answers 404 from then on)."""
+
+    async def apply(models: list[Model]) -> None:
+        await dispatcher.replace_models(models)
+        metrics.declare_models(m.key for m in models)
+        catalog.replace(models)
+
+    return apply
+
+
 async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8080,
-                      env: Environment | None = None, base_dir: Path | None = None) -> LocalServer:
-    """Load the manifests and start everything; returns once the proxy listens (models start on demand)."""
+                      env: Environment | None = None, base_dir: Path | None = None,
+                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> LocalServer:
+    """Load the manifests and start everything; returns once the proxy listens (models start on demand).
+    With ``watch_interval`` (seconds) the manifest files are polled and reloaded on change."""
     env = env if env is not None else environment()
     manifests = load_models(paths)
     models = [m.resource for m in manifests if isinstance(m.resource, Model)]
     proxy_cfg = local_proxy_config(env)
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
                          queue_limit=proxy_cfg.max_queue_size)
-    problems = check_manifests(manifests, SystemAvailability(path=env.get("PATH")), local.engine.base_dir,
-                               every_source=True)
+    installed = SystemAvailability(path=env.get("PATH"))
+    problems = check_manifests(manifests, installed, local.engine.base_dir, every_source=True)
     if problems:
         log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
                     "when activated, the others are served:", len(problems))
     for problem in problems:
         log.warning("%s", problem)
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
-    engine = LocalEngine(local.engine, stager=flash_stage)
+    engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage)
+    engine.reap_leftovers()
+    activity = ActivityLog()
     lifecycle_log = LifecycleLog(lambda key: dispatcher.state(key))  # noqa: PLW0108 (dispatcher is built next)
     dispatcher = Dispatcher(engine, models, policy=local.policy,
-                            observer=_observer(registry, tracing, lifecycle_log))
+                            observer=_observer(registry, tracing, activity, lifecycle_log))
     engine.on_exit = dispatcher.model_exited
-    app = _proxy_app(proxy_cfg, models, dispatcher, engine, registry=registry, tracing=tracing)
+    catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
+    metrics = ProxyMetrics(registry, [m.key for m in models])
+    reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics), installed=installed,
+                                base_dir=local.engine.base_dir, interval=watch_interval or DEFAULT_WATCH_INTERVAL)
+    app = _proxy_app(proxy_cfg, catalog, metrics, dispatcher, engine, reloader=reloader, registry=registry,
+                     tracing=tracing, activity=activity)
     proxy = ProxyServer(app, proxy_cfg)
     dispatcher.start()
     try:
@@ -159,13 +228,17 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
         await engine.aclose()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
-    return LocalServer(f"http://{shown}:{bound}", engine, dispatcher, proxy, tracing)
+    server = LocalServer(f"http://{shown}:{bound}", engine, dispatcher, proxy, tracing, reloader)
+    if watch_interval is not None:
+        server.watch()
+    return server
 
 
 async def serve_local(paths: Sequence[str | Path], *, host: str, port: int, env: Environment | None = None,
-                      stop: asyncio.Event, on_ready: Callable[[LocalServer], None] | None = None) -> None:
+                      stop: asyncio.Event, on_ready: Callable[[LocalServer], None] | None = None,
+                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> None:
     """``start_local``, serve until ``stop`` is set, then ``close`` (also when cancelled)."""
-    server = await start_local(paths, host=host, port=port, env=env)
+    server = await start_local(paths, host=host, port=port, env=env, watch_interval=watch_interval)
     try:
         if on_ready is not None:
             on_ready(server)
@@ -179,42 +252,62 @@ async def serve_local(paths: Sequence[str | Path], *, host: str, port: int, env:
 
 def _announce(server: LocalServer) -> None:
     print(f"flexinfer serve: listening on {server.url} (OpenAI API at {server.url}/v1, metrics at "
-          f"{server.url}/metrics); Ctrl-C stops", flush=True)
+          f"{server.url}/metrics, status page at {server.url}/ui); Ctrl-C stops", flush=True)
 
 
-async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: int, env: Environment) -> None:
+async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: int, env: Environment,
+                                 watch_interval: float | None) -> None:
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
     main = asyncio.current_task()
     servers: list[LocalServer] = []
+    signals = 0
 
     def on_signal() -> None:
-        if not stop.is_set():
-            log.info("shutting down (signal again to kill model servers now)")
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("shutting down (signal again to stop in-flight requests and model servers now)")
             stop.set()
             return
-        for server in servers:
-            server.engine.kill_all()
-        if main is not None:
+        if not servers and main is not None:  # still starting: nothing to drain
             main.cancel()
+        for server in servers:
+            if signals == 2:
+                server.hurry()
+                if main is not None:  # the last resort: nothing below may hold the exit past the bound
+                    loop.call_later(server.hurry_bound, main.cancel)
+            else:
+                server.engine.kill_all()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+
+    def on_hangup() -> None:
+        if not servers:
+            log.warning("SIGHUP while starting: the manifests just loaded are in force")
+        for server in servers:
+            log.info("SIGHUP: reloading the manifests")
+            server.reload("signal")
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
 
     def ready(server: LocalServer) -> None:
         servers.append(server)
         _announce(server)
 
-    await serve_local(paths, host=host, port=port, env=env, stop=stop, on_ready=ready)
+    await serve_local(paths, host=host, port=port, env=env, stop=stop, on_ready=ready, watch_interval=watch_interval)
 
 
 def run_local(paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8080,
-              env: Environment | None = None) -> int:
-    """``flexinfer serve``: serve until SIGTERM/SIGINT; returns the exit code."""
+              env: Environment | None = None, watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> int:
+    """``flexinfer serve``: serve until SIGTERM/SIGINT (SIGHUP reloads the manifests); returns the exit code.
+    ``watch_interval`` ``None`` turns the polling of the manifest files off."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(_serve_until_signalled(paths, host, port, env if env is not None else environment()))
+        asyncio.run(_serve_until_signalled(paths, host, port, env if env is not None else environment(),
+                                           watch_interval))
     except asyncio.CancelledError:
         return 130
     return 0

@@ -38,8 +38,9 @@ async def run_manager(config: ManagerConfig | None = None, *, env: Environment |
     config = config if config is not None else manager_config(env)
     registry = registry if registry is not None else CollectorRegistry()
     stop = stop if stop is not None else asyncio.Event()
+    trace_settings = tracing_settings(env)  # every setting is checked before anything connects
     kubeconfig = load_kubeconfig(config.kubeconfig, env)
-    tracing = init_tracing("flexinfer-manager", tracing_settings(env))
+    tracing = init_tracing("flexinfer-manager", trace_settings)
     metrics = LifecycleMetrics(registry)
     scope = functools.partial(reconcile_span, tracing, metrics=metrics)
     manager = Manager(config, kubeconfig, registry, metrics, scope)

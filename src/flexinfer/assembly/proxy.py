@@ -32,7 +32,10 @@ from flexinfer.observability.tracing import (
     tracing_settings,
 )
 from flexinfer.proxy.app import ProxyServer, create_app
+from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import proxy_config
+from flexinfer.proxy.status_page import StatusPage, catalog_states, install
+from flexinfer.runtime.activity import ActivityLog
 from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment
 
@@ -75,11 +78,12 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     proxy_cfg = proxy_config(env).validate()
     settings = cluster_proxy_settings(env, cold_start_timeout=proxy_cfg.cold_start_timeout,
                                       queue_limit=proxy_cfg.max_queue_size)
+    trace_settings = tracing_settings(env)  # every setting is checked before anything connects
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
-    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", tracing_settings(env))
-    observers: list[LifecycleObserver] = [LifecycleLog(lambda key: side.dispatcher.state(key))]  # noqa: PLW0108
-    if tracing.enabled:
-        observers.append(TracingObserver(tracing))
+    registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)
+    activity = ActivityLog()
+    observers: list[LifecycleObserver] = [activity, LifecycleLog(lambda key: side.dispatcher.state(key)),  # noqa: PLW0108
+                                          *([TracingObserver(tracing)] if tracing.enabled else [])]
     side = ClusterSide(api, settings, observer=ObserverGroup(observers))
     try:
         await side.start()
@@ -87,6 +91,8 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
         side.store.subscribe(_declare_names(metrics, side.store))
         app = create_app(proxy_cfg, side.activator, side.catalog, registry=registry, metrics=metrics,
                          tracer=proxy_tracer(tracing))
+        install(app, StatusPage(catalog_states(side.catalog, side.dispatcher.snapshot), activity,
+                                BearerAuth(proxy_cfg.auth_token if proxy_cfg.auth_enabled else None), "cluster"))
         proxy = ProxyServer(app, proxy_cfg)
         bound = await proxy.start(host, port)
     except BaseException as exc:

@@ -23,6 +23,13 @@ def add_output_argument(parser: argparse.ArgumentParser, choices: tuple[str, ...
                         help=f"output format: {', '.join(choices)} (default {default}); {meaning}")
 
 
+def console() -> Console:
+    """A console for stdout: the terminal's width on a terminal, unlimited (and no colour) otherwise."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=UNLIMITED_WIDTH, no_color=True, highlight=False)
+
+
 def print_table(table: Table) -> None:
     """``table`` on stdout: fitted to a terminal; otherwise at full width, without colour or trailing blanks."""
     if sys.stdout.isatty():

@@ -2,7 +2,8 @@
 
 For every Model in the inputs: its Deployment and Service (multi-document YAML), rendered with the
 controller defaults from ``--env-file`` (built-in defaults otherwise; the process environment is not
-read, so output is reproducible) and the ModelCaches found in the same inputs. The manifests are checked
+read, so output is reproducible; an unparsable value is rendered as the manager would, with the default, and
+a warning naming it goes to stderr) and the ModelCaches found in the same inputs. The manifests are checked
 first, with the checks ``validate`` runs (``flexinfer.local.validation.manifest_problems``) except those
 against this machine. ``--cleanup-jobs`` adds the
 tmpfs cleanup Job a shared model gets on deletion.
@@ -27,7 +28,7 @@ from flexinfer.core.controller_defaults import ControllerDefaults, controller_de
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job
 from flexinfer.local.validation import manifest_problems
-from flexinfer.settings import read_env_file
+from flexinfer.settings import read_env_file, warn
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -47,14 +48,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def load_defaults(env_file: str | None) -> ControllerDefaults:
-    """Controller defaults from an env file (``ConfigError`` if unreadable or malformed)."""
+    """Controller defaults from an env file (``ConfigError`` if unreadable or malformed). Values the manager
+    would replace by their default (Go fallback) are rendered the same way, with a warning on stderr naming
+    the variable, the value and the default."""
     env: dict[str, str] = {}
     if env_file:
         try:
             env = read_env_file(env_file)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ConfigError(f"--env-file {env_file}: {exc}") from None
-    return controller_defaults(env)
+    return controller_defaults(env, warn=warn)
 
 
 def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas: int,

@@ -1,9 +1,9 @@
-"""``flexinfer serve -f DIR|FILE [--host H] [--port P] [--log-level L] [--log-format text|json]``: serve
-Model manifests on this machine.
+"""``flexinfer serve -f DIR|FILE [--host H] [--port P] [--no-watch] [--watch-interval S] [--log-level L]
+[--log-format text|json]``: serve Model manifests on this machine.
 
 One OpenAI-compatible endpoint for every model; model servers start on demand as local processes and
 models sharing a ``spec.gpu.shared`` group swap on one GPU. Runs ``flexinfer.assembly.run_local`` until
-SIGTERM/SIGINT.
+SIGTERM/SIGINT; the manifests are reloaded on SIGHUP and (unless ``--no-watch``) when their files change.
 """
 
 from __future__ import annotations
@@ -27,13 +27,31 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="Model manifest file or directory (repeatable)")
     add_listen_arguments(parser, "127.0.0.1")
     add_log_arguments(parser, access_log=True)
+    parser.add_argument("--watch", action=argparse.BooleanOptionalAction, default=True,
+                        help="reload the manifests when their files change (default on; SIGHUP always reloads)")
+    parser.add_argument("--watch-interval", type=positive_seconds, default=None, metavar="SECONDS",
+                        help="how often the manifest files are checked (default 1)")
     return parser
 
 
+def positive_seconds(text: str) -> float:
+    """An ``argparse`` type: a number of seconds greater than zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds greater than 0, got {text!r}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
-    from flexinfer.assembly.local import run_local  # the whole server stack: imported only when serving
+    # the whole server stack: imported only when serving
+    from flexinfer.assembly.local import run_local
+    from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL
 
     env = environment()
     host, port = listen_address(env, host=args.host, port=args.port, default_host="127.0.0.1")
     start_logging(args, env)
-    return run_local(args.filename, host=host, port=port, env=env)
+    interval = args.watch_interval or DEFAULT_WATCH_INTERVAL
+    return run_local(args.filename, host=host, port=port, env=env, watch_interval=interval if args.watch else None)

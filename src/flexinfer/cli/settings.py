@@ -1,6 +1,7 @@
 """``flexinfer settings [--markdown] [--chart DIR]``: every environment variable, flag and Helm value with its
 default, so operators can see the whole configuration before a rollout. ``docs/CONFIGURATION.md`` is this
-command's ``--markdown --chart charts/flexinfer`` output (a test keeps them equal).
+command's ``--markdown --chart charts/flexinfer`` output (a test keeps them equal). ``--models`` prints the
+Model/ModelCache field reference instead (``docs/reference/models.md``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--markdown", action="store_true", help="print the Markdown reference (docs/CONFIGURATION.md)")
     parser.add_argument("--chart", metavar="DIR", help="also list the Helm values of this chart directory")
+    parser.add_argument("--models", action="store_true",
+                        help="print the Model/ModelCache field reference instead (docs/reference/models.md)")
     return parser
 
 
@@ -38,6 +41,11 @@ def command_parsers(names: list[str]) -> dict[str, argparse.ArgumentParser]:
 def run(args: argparse.Namespace) -> int:
     from flexinfer.assembly.reference import COMPONENTS, reference_text, render_markdown
 
+    if args.models:
+        from flexinfer.assembly.model_reference import render_markdown as model_reference
+
+        print(model_reference(), end="")
+        return 0
     values = None
     if args.chart:
         values = Path(args.chart) / "values.yaml"

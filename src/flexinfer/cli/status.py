@@ -1,18 +1,20 @@
 """``flexinfer status`` / ``flexinfer ps [--url URL] [-o wide|json|yaml]``: the models a running
 ``flexinfer serve`` knows, read from its admin API: namespace, name, group, phase, active for, queue depth and
 the reason of the last failure (``wide`` adds priority, in flight, last swap, pid and endpoint; ``json``/
-``yaml`` print the admin API answer). Piped output is never truncated (one whole row per model)."""
+``yaml`` print the admin API answer). Piped output is never truncated (one whole row per model). Under the
+table, the manifests' last reload (its errors when it was rejected)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from flexinfer.api.units import format_duration
 from flexinfer.cli.admin_client import add_connection_arguments, get_json
-from flexinfer.cli.output import add_output_argument, print_data, print_table
+from flexinfer.cli.output import add_output_argument, console, print_data, print_table
 
 PHASE_STYLES = {"Ready": "green", "Loading": "yellow", "Pending": "yellow", "Failed": "red", "Preempted": "magenta"}
 COLUMNS = ("NAMESPACE", "NAME", "GROUP", "PHASE", "ACTIVE FOR", "QUEUE", "REASON")
@@ -73,4 +75,18 @@ def run(args: argparse.Namespace) -> int:
         print_data(body, args.output)
     else:
         print_table(status_table(body["models"], wide=args.output == "wide"))
+        if body.get("config"):
+            console().print(config_summary(body["config"]), highlight=False)
     return 0
+
+
+def config_summary(config: dict[str, Any]) -> str:
+    """The manifests' reload state under the table: when the configuration in force was loaded, and the last
+    reload's result (a rejected one with its errors, as ``flexinfer validate`` prints them)."""
+    line = f"config: {config['models']} model(s) loaded at {config['loaded_at']}"
+    if config.get("last_reload"):
+        line += f"; last reload {config['last_reload']} ({config.get('trigger')}): {config.get('result')}"
+    errors = [f"\n  [red]error:[/] {escape(str(e))}" for e in config.get("errors") or []]
+    if errors:
+        line += ", the previous configuration stays in force" + "".join(errors)
+    return line

@@ -269,19 +269,32 @@ class Arbiter:
         declared = {m.key: m for m in models}
         for key, model in declared.items():
             slot = self.slots.get(key)
-            if slot is None or slot.removed:
+            if slot is None:
                 self.slots[key] = Slot(model)
                 self._emit(ev.ModelDeclared(model))
                 continue
-            moved = slot.group != Slot(model).group
-            if slot.model != model:
+            if slot.removed or slot.model != model:
                 self._emit(ev.ModelDeclared(model))
-            slot.model = model
-            if moved and slot.running:
-                self._retire(slot, now)
+            slot.removed = False  # back before its server stopped: the same slot, so one server per model
+            if slot.model != model:
+                self._change(slot, model, now)
         for key, slot in list(self.slots.items()):
             if key not in declared and not slot.removed:
                 self._remove(slot, now)
+
+    def _change(self, slot: Slot, model: Model, now: float) -> None:
+        """A declared model's manifest changed: it forgets its failed starts; with ``restart_changed`` a running
+        (or loading) server drains, stops and starts again with the new manifest, else only a move to another
+        group drains it off the old one."""
+        moved = slot.group != Slot(model).group
+        slot.model, slot.failures, slot.retry_at = model, 0, None
+        if not slot.running or slot.stopping:
+            return
+        if self.policy.restart_changed:
+            slot.wanted = not self.shutting_down
+            self._retire(slot, now)
+        elif moved:
+            self._retire(slot, now)
 
     def _remove(self, slot: Slot, now: float) -> None:
         slot.removed, slot.wanted = True, False

@@ -37,6 +37,9 @@ class ArbiterPolicy:
     restart_backoff: float = 5.0
     """Backoff after the first failed start; doubles per consecutive failure up to the max."""
     restart_backoff_max: float = 300.0
+    restart_changed: bool = False
+    """A model whose manifest changed restarts (drain, stop, start): the local engine runs the manifest itself.
+    Off where something else rolls the server out (the in-cluster proxy: the manager does)."""
 
     def backoff(self, failures: int) -> float:
         """Backoff after ``failures`` consecutive failed starts (``failures`` >= 1)."""

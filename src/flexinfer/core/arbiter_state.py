@@ -200,4 +200,3 @@ def activation_failure_effect(slot: Slot, activation: Activation, now: float) ->
 def _displaced(activation: Activation) -> ModelKey | None:
     """The key of the model a swap took the GPU from (the arbiter's clocks record keys)."""
     return ModelKey.parse(activation.preempted) if activation.preempted else None
-

@@ -1,9 +1,11 @@
 """Controller runtime defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``, backend images).
 
-Pure: ``controller_defaults(env)`` takes a mapping of environment variables (``flexinfer.settings``
+Pure: ``controller_defaults(env, warn=...)`` takes a mapping of environment variables (``flexinfer.settings``
 reads the process environment once; ``flexinfer render --env-file`` passes a file's values) and returns
-frozen settings. Invalid values fall back to the default, as the Go controller does. ``ENV_VARS``
-lists every variable read here so documentation can be generated from it.
+frozen settings. Unparsable values fall back to the default, as the Go controller does, and each one is
+reported through ``warn`` (the manager and ``render`` log a warning naming the variable, the value and the
+default); without ``warn`` they are a ``ConfigError``. ``ENV_VARS`` lists every variable read here so
+documentation can be generated from it.
 
 Used by ``flexinfer.core.flashloader_settings``, ``flexinfer.core.manifests`` and the CLI/assembly.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from flexinfer import __version__
-from flexinfer.core.envvalues import EnvVar, bool_word, positive_int, quantity_or_none
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy, Warn
 from flexinfer.core.profiles import BACKENDS
 
 FLEXINFER_IMAGE_REPOSITORY = "ghcr.io/flexinfer/flexinfer"
@@ -27,24 +29,27 @@ DEFAULT_FLASH_CONCURRENCY = 4
 DEFAULT_FLASH_BUFFER_KB = 4096
 
 
+FALLBACK = Policy.FALLBACK
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("DEFAULT_SHM_SIZE_LIMIT", DEFAULT_SHM_SIZE_LIMIT,
-           "sizeLimit of the /dev/shm memory emptyDir of every model pod (Kubernetes quantity)."),
+           "sizeLimit of the /dev/shm memory emptyDir of every model pod (Kubernetes quantity).",
+           Kind.QUANTITY, FALLBACK),
     EnvVar("FLEXINFER_FLASH_LOADER_IMAGE", FLEXINFER_IMAGE,
            "Package default flash-loader image (used when DEFAULT_FLASH_LOADER_IMAGE is unset)."),
     EnvVar("DEFAULT_FLASH_LOADER_ENABLED", "false",
-           "Enable the flash-loader for every model with a persistent volume (1/true/yes/on, 0/false/no/off)."),
+           "Enable the flash-loader for every model with a persistent volume (1/true/yes/on, 0/false/no/off).",
+           Kind.BOOL, FALLBACK),
     EnvVar("DEFAULT_FLASH_LOADER_IMAGE", "value of FLEXINFER_FLASH_LOADER_IMAGE",
            "Flash-loader init container image."),
     EnvVar("DEFAULT_FLASH_LOADER_CONCURRENCY", str(DEFAULT_FLASH_CONCURRENCY),
-           "Parallel copy workers (positive integer; invalid values use the default)."),
+           "Parallel copy workers (positive integer).", Kind.INT, FALLBACK),
     EnvVar("DEFAULT_FLASH_LOADER_BUFFER_KB", str(DEFAULT_FLASH_BUFFER_KB),
-           "Copy buffer size in KiB (positive integer; invalid values use the default)."),
-    EnvVar("DEFAULT_FLASH_LOADER_VERIFY", "false", "Verify file sizes after staging (bool word)."),
+           "Copy buffer size in KiB (positive integer).", Kind.INT, FALLBACK),
+    EnvVar("DEFAULT_FLASH_LOADER_VERIFY", "false", "Verify file sizes after staging (bool word).", Kind.BOOL, FALLBACK),
     EnvVar("DEFAULT_FLASH_LOADER_EXCLUDE", "",
            "Comma-separated path prefixes the flash-loader skips (always plus .cache/ and .git/)."),
     EnvVar("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "",
-           "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty or invalid = no limit)."),
+           "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty = no limit).", Kind.QUANTITY, FALLBACK),
     EnvVar("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
            "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
 )
@@ -78,27 +83,34 @@ def backend_image_env_name(backend: str) -> str:
     return f"DEFAULT_{backend.upper().replace('-', '_').replace('.', '_')}_IMAGE"
 
 
-def controller_defaults(env: Mapping[str, str], backends: tuple[str, ...] | None = None) -> ControllerDefaults:
-    """Parse the controller environment; image overrides are read for ``backends`` (default: all known)."""
+def controller_defaults(env: Mapping[str, str], backends: tuple[str, ...] | None = None, *,
+                        warn: Warn | None = None) -> ControllerDefaults:
+    """Parse the controller environment; image overrides are read for ``backends`` (default: all known).
+
+    Unparsable values use the default and are reported through ``warn``; without it they raise ``ConfigError``.
+    """
     names = tuple(BACKENDS) if backends is None else backends
     images = {name: env[backend_image_env_name(name)].strip() for name in names
               if env.get(backend_image_env_name(name), "").strip()}
+    reader = EnvReader(env, warn)
     return ControllerDefaults(
-        shm_size_limit=quantity_or_none(env.get("DEFAULT_SHM_SIZE_LIMIT")) or DEFAULT_SHM_SIZE_LIMIT,
-        flash_loader=flash_loader_defaults(env),
+        shm_size_limit=reader.quantity("DEFAULT_SHM_SIZE_LIMIT", DEFAULT_SHM_SIZE_LIMIT, FALLBACK)
+        or DEFAULT_SHM_SIZE_LIMIT,
+        flash_loader=flash_loader_defaults(env, warn=warn),
         backend_images=MappingProxyType(images),
     )
 
 
-def flash_loader_defaults(env: Mapping[str, str]) -> FlashLoaderDefaults:
-    """The ``DEFAULT_FLASH_LOADER_*`` variables with the Go parsing rules (invalid → default)."""
-    package_image = env.get("FLEXINFER_FLASH_LOADER_IMAGE", "").strip() or FLEXINFER_IMAGE
+def flash_loader_defaults(env: Mapping[str, str], *, warn: Warn | None = None) -> FlashLoaderDefaults:
+    """The ``DEFAULT_FLASH_LOADER_*`` variables with the Go rules (unparsable → default, reported to ``warn``)."""
+    reader = EnvReader(env, warn)
+    package_image = reader.text("FLEXINFER_FLASH_LOADER_IMAGE", FLEXINFER_IMAGE)
     return FlashLoaderDefaults(
-        enabled=bool_word(env.get("DEFAULT_FLASH_LOADER_ENABLED"), False),
-        image=env.get("DEFAULT_FLASH_LOADER_IMAGE", "").strip() or package_image,
-        concurrency=positive_int(env.get("DEFAULT_FLASH_LOADER_CONCURRENCY"), DEFAULT_FLASH_CONCURRENCY),
-        buffer_size_kb=positive_int(env.get("DEFAULT_FLASH_LOADER_BUFFER_KB"), DEFAULT_FLASH_BUFFER_KB),
-        verify_integrity=bool_word(env.get("DEFAULT_FLASH_LOADER_VERIFY"), False),
-        exclude_patterns=env.get("DEFAULT_FLASH_LOADER_EXCLUDE", "").strip(),
-        tmpfs_size_limit=quantity_or_none(env.get("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT")),
+        enabled=reader.flag("DEFAULT_FLASH_LOADER_ENABLED", False, FALLBACK),
+        image=reader.text("DEFAULT_FLASH_LOADER_IMAGE", package_image),
+        concurrency=reader.integer("DEFAULT_FLASH_LOADER_CONCURRENCY", DEFAULT_FLASH_CONCURRENCY, FALLBACK, minimum=1),
+        buffer_size_kb=reader.integer("DEFAULT_FLASH_LOADER_BUFFER_KB", DEFAULT_FLASH_BUFFER_KB, FALLBACK, minimum=1),
+        verify_integrity=reader.flag("DEFAULT_FLASH_LOADER_VERIFY", False, FALLBACK),
+        exclude_patterns=reader.text("DEFAULT_FLASH_LOADER_EXCLUDE"),
+        tmpfs_size_limit=reader.quantity("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", None, FALLBACK),
     )

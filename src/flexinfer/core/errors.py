@@ -20,9 +20,12 @@
     │   └── InsufficientSpaceError      destination tmpfs too small
     └── EngineError                     an engine could not start/stop a model server
 
-Edges map them: the proxy to the OpenAI error envelope, the operator to kopf Temporary/Permanent errors,
-the CLI to one line on stderr and exit code 1. ``echo_safe`` bounds and escapes any error text an HTTP edge
-sends back.
+Edges map them: the proxy to the OpenAI error envelope (``flexinfer.proxy.errors``); the operator to kopf
+errors (``flexinfer.kube.operator.kopf_error``): ``InvalidResourceError``, ``ConfigError`` and
+``IllegalTransitionError`` become ``PermanentError`` (not retried), everything else ``TemporaryError``
+(retried after a delay, a bounded number of times); the CLI to one line on stderr and exit code 1
+(``flexinfer.cli.main``). ``echo_safe`` bounds and
+escapes any error text an HTTP edge sends back.
 """
 
 from __future__ import annotations

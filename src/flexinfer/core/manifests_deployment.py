@@ -27,7 +27,13 @@ from flexinfer.core.manifests_volumes import (
     shm_volume,
     to_flash_tmpfs,
 )
-from flexinfer.core.profiles import BackendDefaults, RuntimeProfile, backend_defaults, compile_cache_host_dir
+from flexinfer.core.profiles import (
+    BackendDefaults,
+    RuntimeProfile,
+    backend_defaults,
+    compile_cache_host_dir,
+    parallel_args,
+)
 
 Json = dict[str, Any]
 GPU_TOLERATION: Json = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
@@ -165,11 +171,12 @@ def model_reference(model: Model) -> str:
 
 
 def container_args(model: Model, backend: BackendDefaults) -> list[str]:
-    """The backend's argument template with ``{model}``/``{port}`` filled in."""
+    """The backend's argument template with ``{model}``/``{port}`` filled in, plus its parallel capacity
+    (``--parallel N`` for llama.cpp: the number of requests the proxy lets through to it at once)."""
     args = [arg.format(model=model_reference(model), port=backend.port) for arg in backend.args]
     if backend.hf_model_flag and model.spec.source.lower().startswith("hf://"):
         args = [backend.hf_model_flag if arg == "--model" else arg for arg in args]
-    return args
+    return args + list(parallel_args(model, with_config_args=False))
 
 
 def _container_env(model: Model, inputs: PodInputs, backend: BackendDefaults) -> list[Json]:

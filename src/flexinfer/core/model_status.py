@@ -39,6 +39,7 @@ MANAGED_FIELDS: Final = (
 )
 """Top-level status keys the manager owns; ``lastActiveTime`` (proxy), ``gpu`` and ``metrics`` are left alone."""
 REASON_VALIDATION_FAILED: Final = "ValidationFailed"
+REASON_FIELD_IGNORED: Final = "InvalidFieldIgnored"
 _WAITING_INIT: Final = ("containercreating", "podinitializing")
 FLASH_LOADER: Final = "flash-loader"
 """The staging init container; while it runs, its log's progress lines refine the message (bytes staged)."""
@@ -231,6 +232,14 @@ def failed_status(old: ModelStatus, generation: int | None, message: str, now: d
         "phase": "Failed", "conditions": conditions, "loading_substage": None, "message": short_message(message),
         "loading_progress_at": None, "activation": None, "observed_generation": generation,
     })
+
+
+def with_ignored_fields(status: ModelStatus, message: str, generation: int | None, now: datetime) -> ModelStatus:
+    """``status`` with ``ConfigValid=False`` (reason ``InvalidFieldIgnored``) naming fields whose stored value
+    could not be parsed and was ignored; the model still runs, so the phase and ``Ready`` are left as they are."""
+    conditions = phases.set_condition(list(status.conditions), phases.COND_CONFIG_VALID, "False",
+                                      REASON_FIELD_IGNORED, message=message, now=now, observed_generation=generation)
+    return status.model_copy(update={"conditions": conditions})
 
 
 def _without_empty(value: Any) -> Any:

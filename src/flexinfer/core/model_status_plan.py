@@ -216,4 +216,3 @@ def next_wakeup(models: Sequence[Model], leases: Iterable[GPULease], now: dateti
     instants += [lease.spec.expires_at for lease in leases if lease.spec.expires_at is not None]
     future = [t for t in instants if t > now]
     return min(future) + WAKE_MARGIN if future else None
-

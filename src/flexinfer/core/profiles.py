@@ -4,7 +4,12 @@ A ``RuntimeProfile`` says how a pod gets its accelerator: the device-plugin reso
 device plugins inject ``/dev/kfd``, ``/dev/dri/*`` or ``/dev/nvidia*`` for the requested resource, so no
 hostPath device mounts or privileged mode are needed), supplemental groups for the device nodes, the
 runtime class, environment and the compile-cache environment. ``BackendDefaults`` says how a backend
-server is started and probed. Pure data plus two selectors; used by ``flexinfer.core.manifests``.
+server is started and probed, and how many requests it runs at once: ``parallel_requests`` (from
+``spec.config.parallel``, the server flag in ``spec.config.args``, or the backend default — 1 for
+llama.cpp) is what its server is told (``parallel_args``: ``--parallel N`` for llama.cpp,
+``--max-num-seqs N`` for vLLM) and what the proxy lets through to it at once, so one client's request
+never shares a slot with (or interrupts) another's. Pure data plus selectors; used by
+``flexinfer.core.manifests``, ``flexinfer.local.profiles`` and the proxy catalogs.
 """
 
 from __future__ import annotations
@@ -73,20 +78,27 @@ class BackendDefaults:
     """Replaces ``--model`` in ``args`` for ``HF://`` sources (llama.cpp downloads with ``--hf-repo``)."""
     """Container args; ``{model}`` and ``{port}`` are substituted."""
     env: tuple[tuple[str, str], ...] = ()
+    parallel_flags: tuple[str, ...] = ()
+    """The server's flag for how many requests it runs at once (first = the one FlexInfer passes)."""
+    parallel: int | None = None
+    """Requests it runs at once unless configured; ``None``: the server schedules any number itself."""
 
 
 _SERVE_ARGS = ("--model", "{model}", "--host", "0.0.0.0", "--port", "{port}")
+_VLLM_PARALLEL = ("--max-num-seqs",)
+PARALLEL_FIELD = "spec.config.parallel"
 BACKENDS: dict[str, BackendDefaults] = {
     "vllm": BackendDefaults(
         "vllm", {"rocm": "rocm/vllm:latest", "cuda": "vllm/vllm-openai:latest", "cpu": "vllm/vllm-openai:latest"},
-        8000, "/health", "/health", args=_SERVE_ARGS),
+        8000, "/health", "/health", args=_SERVE_ARGS, parallel_flags=_VLLM_PARALLEL),
     "vllm-omni": BackendDefaults(
         "vllm-omni", {"rocm": "rocm/vllm:latest", "cuda": "vllm/vllm-openai:latest", "cpu": "vllm/vllm-openai:latest"},
-        8000, "/health", "/health", args=_SERVE_ARGS),
+        8000, "/health", "/health", args=_SERVE_ARGS, parallel_flags=_VLLM_PARALLEL),
     "llamacpp": BackendDefaults(
         "llamacpp", {"rocm": "ghcr.io/ggml-org/llama.cpp:server-rocm",
                      "cuda": "ghcr.io/ggml-org/llama.cpp:server-cuda", "cpu": "ghcr.io/ggml-org/llama.cpp:server"},
-        8080, "/health", "/health", args=_SERVE_ARGS, hf_model_flag="--hf-repo"),
+        8080, "/health", "/health", args=_SERVE_ARGS, hf_model_flag="--hf-repo",
+        parallel_flags=("--parallel", "-np"), parallel=1),
     "ollama": BackendDefaults(
         "ollama", {"rocm": "ollama/ollama:rocm", "cuda": "ollama/ollama:latest", "cpu": "ollama/ollama:latest"},
         11434, "/api/version", "/api/version", needs_volume=False, env=(("OLLAMA_HOST", "0.0.0.0:11434"),)),
@@ -107,6 +119,79 @@ BACKENDS: dict[str, BackendDefaults] = {
 def backend_defaults(model: Model) -> BackendDefaults:
     """The defaults of the model's (canonical) backend."""
     return BACKENDS[model.backend]
+
+
+def parallel_requests(model: Model) -> int | None:
+    """How many requests the model's server runs at once (``None``: no limit the proxy must keep):
+    ``spec.config.parallel``, else the value of the backend's flag in ``spec.config.args``, else the
+    backend default (none for a custom ``spec.config.command``). ``ConfigError`` naming the field when a
+    value is not a positive integer, or when ``spec.config.parallel`` and the flag in the args disagree."""
+    backend = BACKENDS.get(model.backend)
+    configured = model.spec.config.get("parallel")
+    if configured is not None and (isinstance(configured, bool) or not isinstance(configured, int)
+                                   or configured < 1):
+        raise ConfigError(f"{model.key}: {PARALLEL_FIELD} must be a positive integer, got {configured!r}")
+    in_args = _flag_value(model, backend.parallel_flags) if backend is not None else None
+    if configured is not None and in_args is not None and configured != in_args:
+        raise ConfigError(f"{model.key}: {PARALLEL_FIELD} is {configured} but spec.config.args sets "
+                          f"{backend.parallel_flags[0] if backend else ''} {in_args}; set one of them")
+    if configured is not None:
+        return int(configured)
+    if in_args is not None:
+        return in_args
+    return _default_parallel(model)
+
+
+def _default_parallel(model: Model) -> int | None:
+    """The backend's default capacity; none for a custom ``spec.config.command`` (not the backend's server)."""
+    backend = BACKENDS.get(model.backend)
+    if backend is None or model.spec.config.get("command") is not None:
+        return None
+    return backend.parallel
+
+
+def declared_parallel(model: Model) -> int | None:
+    """``parallel_requests``, or the backend default when the manifest's value is invalid (for the proxy's
+    catalog: the model itself fails to start with the ``ConfigError``)."""
+    try:
+        return parallel_requests(model)
+    except ConfigError:
+        return _default_parallel(model)
+
+
+def parallel_args(model: Model, *, with_config_args: bool = True) -> tuple[str, ...]:
+    """The server arguments that set its parallel capacity; empty when neither the manifest nor the backend
+    sets one, or when the command also carries ``spec.config.args`` (``with_config_args``: the local
+    engine; the Kubernetes rendering does not) and they set it already."""
+    backend = BACKENDS.get(model.backend)
+    count = parallel_requests(model)
+    if backend is None or not backend.parallel_flags or count is None:
+        return ()
+    if with_config_args and _flag_value(model, backend.parallel_flags) is not None:
+        return ()
+    return (backend.parallel_flags[0], str(count))
+
+
+def _flag_value(model: Model, flags: tuple[str, ...]) -> int | None:
+    """The integer after the last of ``flags`` in ``spec.config.args`` (``--flag N`` or ``--flag=N``)."""
+    args = model.spec.config.get("args")
+    if not flags or not isinstance(args, list):
+        return None
+    found: object = None
+    for index, arg in enumerate(args):
+        text = str(arg)
+        name, eq, value = text.partition("=")
+        if name in flags:
+            found = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+    if found is None:
+        return None
+    try:
+        number = int(str(found))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"{model.key}: spec.config.args: {flags[0]} must be a positive integer, got {found!r}")
+    return number
 
 
 def runtime_profile(model: Model) -> RuntimeProfile:

@@ -3,8 +3,9 @@
 ``from_env`` turns the ``FLASH_*`` environment (a plain mapping, read once by ``flexinfer.settings``) into a
 ``StageRequest``. ``flexinfer flash-load`` (``flexinfer.cli.flash_load``) overlays its flags on that mapping
 first, so flags and env share one parser; the local engine builds ``StageSettings`` directly.
-Parsing follows ``flexinfer.core.envvalues`` (the Go rules: unparsable numbers fall back to the default);
-only a missing source/destination and an unknown variant are errors.
+Parsing goes through ``flexinfer.core.envvalues.EnvReader`` with the Go rules: an unparsable number or bool
+falls back to the default and is logged as a warning naming the variable; a missing source/destination and an
+unknown variant are errors.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flexinfer.core.envvalues import EnvVar, bool_word, positive_int
+from flexinfer import settings as process_settings
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy, Warn
 from flexinfer.core.errors import ConfigError
 
 ENV_SRC = "FLASH_SRC"
@@ -37,11 +39,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(ENV_SRC, "(required)", "Directory (or file) holding the model weights; `--src`."),
     EnvVar(ENV_DST, "(required)", "Destination directory on tmpfs; `--dst`."),
     EnvVar(ENV_CONCURRENCY, str(DEFAULT_CONCURRENCY),
-           "Copy threads (capped at the CPUs available; invalid values use the default); `--concurrency`."),
-    EnvVar(ENV_BUFFER_KB, str(DEFAULT_BUFFER_KB), "Copy chunk size in KiB; `--buffer-kb`."),
-    EnvVar(ENV_VERIFY, "false", "Verify every staged file by size and BLAKE2b checksum; `--verify`."),
+           "Copy threads (capped at the CPUs available); `--concurrency`.", Kind.INT, Policy.FALLBACK),
+    EnvVar(ENV_BUFFER_KB, str(DEFAULT_BUFFER_KB), "Copy chunk size in KiB; `--buffer-kb`.", Kind.INT, Policy.FALLBACK),
+    EnvVar(ENV_VERIFY, "false", "Verify every staged file by size and BLAKE2b checksum; `--verify`.",
+           Kind.BOOL, Policy.FALLBACK),
     EnvVar(ENV_EXCLUDE, "", "Comma-separated path prefixes to skip (always plus .cache/ and .git/); `--exclude`."),
-    EnvVar(ENV_VARIANT, "", "`fp16`: prefer `X.fp16.safetensors` over `X.safetensors`; `--variant`."),
+    EnvVar(ENV_VARIANT, "", "`fp16`: prefer `X.fp16.safetensors` over `X.safetensors`; `--variant`.", Kind.CHOICE),
 )
 
 
@@ -119,19 +122,21 @@ def required_path(env: Mapping[str, str], name: str) -> Path:
     return Path(value)
 
 
-def settings_from_env(env: Mapping[str, str]) -> StageSettings:
-    """The ``StageSettings`` part of the ``FLASH_*`` environment (no paths needed)."""
+def settings_from_env(env: Mapping[str, str], warn: Warn | None = process_settings.warn) -> StageSettings:
+    """The ``StageSettings`` part of the ``FLASH_*`` environment (no paths needed); unparsable numbers and
+    bools use the default and go to ``warn``."""
+    read = EnvReader(env, warn)
     return StageSettings(
-        concurrency=positive_int(env.get(ENV_CONCURRENCY), DEFAULT_CONCURRENCY),
-        buffer_kb=positive_int(env.get(ENV_BUFFER_KB), DEFAULT_BUFFER_KB),
-        verify=bool_word(env.get(ENV_VERIFY), False),
+        concurrency=read.integer(ENV_CONCURRENCY, DEFAULT_CONCURRENCY, Policy.FALLBACK, minimum=1),
+        buffer_kb=read.integer(ENV_BUFFER_KB, DEFAULT_BUFFER_KB, Policy.FALLBACK, minimum=1),
+        verify=read.flag(ENV_VERIFY, False, Policy.FALLBACK),
         exclude=parse_exclude(env.get(ENV_EXCLUDE)),
         variant=parse_variant(env.get(ENV_VARIANT)),
     )
 
 
-def from_env(env: Mapping[str, str]) -> StageRequest:
+def from_env(env: Mapping[str, str], warn: Warn | None = process_settings.warn) -> StageRequest:
     """``FLASH_SRC``/``FLASH_DST`` (required) plus the optional settings → a ``StageRequest``."""
     return StageRequest(
-        src=required_path(env, ENV_SRC), dst=required_path(env, ENV_DST), settings=settings_from_env(env),
+        src=required_path(env, ENV_SRC), dst=required_path(env, ENV_DST), settings=settings_from_env(env, warn),
     )

@@ -17,6 +17,7 @@ from datetime import datetime
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
+from flexinfer.core.profiles import declared_parallel
 from flexinfer.kube.model_watch import ModelStore
 from flexinfer.runtime.ports import ModelView
 
@@ -56,6 +57,7 @@ def view(model: Model) -> ModelView:
         created=created.timestamp() if created is not None else 0.0,
         metadata={"key": model.key, "source": model.spec.source, "ready": phase == "Ready",
                   "loading_substage": status.loading_substage, "message": status.message},
+        parallel=declared_parallel(model),
     )
 
 

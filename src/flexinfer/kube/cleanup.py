@@ -14,7 +14,7 @@ from typing import Any
 from lightkube import ApiError
 
 from flexinfer.api.errors import InvalidResourceError
-from flexinfer.api.loading import parse_resource
+from flexinfer.api.loading import parse_stored
 from flexinfer.api.model import Model
 from flexinfer.core.manifests import render_tmpfs_cleanup_job
 from flexinfer.kube.client import KubeApi
@@ -25,7 +25,7 @@ Body = dict[str, Any]
 
 def parsed_model(body: Body) -> Model | None:
     try:
-        resource = parse_resource(body)
+        resource = parse_stored(body).resource
     except InvalidResourceError:
         return None
     return resource if isinstance(resource, Model) else None

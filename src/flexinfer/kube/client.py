@@ -101,13 +101,15 @@ class KubeApi:
         return True
 
     async def post_event(self, model: Body, type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on a Model; failures are logged, never raised."""
+        """Record a core/v1 Event on a Model (or the object ``model`` is: its apiVersion/kind are used when given);
+        failures are logged, never raised."""
         meta = model.get("metadata") or {}
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta.get("name"),
+            "involvedObject": {"apiVersion": model.get("apiVersion") or API_VERSION, "kind": model.get("kind") or KIND,
+                               "name": meta.get("name"),
                                "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                                "resourceVersion": meta.get("resourceVersion")},
             "type": type_, "reason": reason, "message": message[:1024],

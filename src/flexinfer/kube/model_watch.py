@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from flexinfer.api.loading import validate_stored
 from flexinfer.api.model import Model
 from flexinfer.kube.model_api import KubeApiError, ModelApi, WatchEvent, WatchExpiredError
 
@@ -31,14 +32,18 @@ Check = Callable[[Model | None], T | None]
 
 
 def parse_model(doc: dict[str, Any]) -> Model | None:
-    """The document as a ``Model``; ``None`` (logged) when it does not validate."""
+    """The document as a ``Model``; ``None`` (logged) when it does not validate. A quantity or duration stored
+    before the CRD's pattern existed is ignored, as the manager does (``parse_stored``)."""
+    meta = doc.get("metadata") or {}
     try:
-        return Model.model_validate(doc)
+        model, _, ignored = validate_stored(Model, doc)
     except ValidationError as exc:
-        meta = doc.get("metadata") or {}
         log.warning("ignoring Model %s/%s: %s", meta.get("namespace"), meta.get("name"),
                     "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
         return None
+    if ignored:
+        log.debug("Model %s/%s: ignoring %s", meta.get("namespace"), meta.get("name"), "; ".join(map(str, ignored)))
+    return model
 
 
 class ModelStore:

@@ -4,8 +4,11 @@ Handlers are thin: every watch event (Models; Deployments, Services and Pods man
 ModelCaches; GPULeases; the proxies' ModelDemands)
 is handed to ``Bridge.event`` (the store + reconcile queue live on the manager's
 event loop); a Model being deleted runs ``Bridge.deleting`` there and kopf then releases the finalizer
-``flexinfer.ai/model-cleanup``. kopf runs standalone (leader election is our own Lease), posts no
-handler logs as Events, and keeps its bookkeeping in ``flexinfer.ai/``-prefixed annotations.
+``flexinfer.ai/model-cleanup``. Errors leave the handlers mapped onto kopf's retry semantics
+(``kopf_error``, the operator edge of ``flexinfer.core.errors``): a permanent error (an invalid resource or
+setting: retrying cannot help) is not retried, so the finalizer is released; anything else is temporary
+and retried after ``RETRY_DELAY`` seconds, at most ``RETRIES`` times. kopf runs standalone (leader election
+is our own Lease), posts no handler logs as Events, and keeps its bookkeeping in ``flexinfer.ai/``-prefixed annotations.
 
 kopf runs in its own thread and event loop (``OperatorThread``): on exit kopf cancels every task its
 loop started after it, so it must not share a loop with the manager's workers and HTTP servers.
@@ -22,8 +25,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import kopf
+from lightkube import ApiError
 
 from flexinfer.api.model import FINALIZER
+from flexinfer.core.errors import ConfigError, IllegalTransitionError, InvalidResourceError
 from flexinfer.kube.connection import bounded_session
 
 log = logging.getLogger("flexinfer.manager")
@@ -41,6 +46,27 @@ WATCHES: tuple[tuple[str, str, str, str, dict[str, Any] | None], ...] = (
     ("Service", "", "v1", "services", MANAGED),
     ("Pod", "", "v1", "pods", {**MANAGED, "flexinfer.ai/model": kopf.PRESENT}),
 )
+
+
+RETRY_DELAY = 10.0
+"""Seconds before kopf retries a handler that failed temporarily (kopf's own default is 60 s)."""
+RETRIES = 30
+"""Attempts before a handler that keeps failing temporarily counts as failed (about five minutes)."""
+PERMANENT_ERRORS = (InvalidResourceError, ConfigError, IllegalTransitionError)
+"""FlexInfer errors that no retry can fix."""
+RETRYABLE_API_STATUS = frozenset({408, 409, 429})
+
+
+def kopf_error(error: Exception) -> kopf.PermanentError | kopf.TemporaryError:
+    """An error raised in a handler, as kopf's ``PermanentError`` (never retried) or ``TemporaryError``
+    (retried after ``RETRY_DELAY``). API answers 4xx other than timeout/conflict/throttling are permanent."""
+    message = str(error) or repr(error)
+    if isinstance(error, PERMANENT_ERRORS):
+        return kopf.PermanentError(message)
+    if isinstance(error, ApiError) and 400 <= (error.status.code or 0) < 500 \
+            and error.status.code not in RETRYABLE_API_STATUS:
+        return kopf.PermanentError(message)
+    return kopf.TemporaryError(message, delay=RETRY_DELAY)
 
 
 class Bridge(Protocol):
@@ -85,10 +111,14 @@ def build_registry(bridge: Bridge, login: Callable[[], kopf.ConnectionInfo],
         handler = _forwarder(bridge, kind)
         kopf.on.event(group, version, plural, registry=registry, labels=labels, id=f"watch-{plural}")(handler)
 
-    @kopf.on.delete("ai.flexinfer", "v1alpha2", "models", registry=registry, id="model-cleanup")
+    @kopf.on.delete("ai.flexinfer", "v1alpha2", "models", registry=registry, id="model-cleanup",
+                    retries=RETRIES)
     async def _cleanup(body: kopf.Body, **_: Any) -> None:
         future = asyncio.run_coroutine_threadsafe(bridge.deleting(dict(body)), main_loop)
-        await asyncio.wrap_future(future)
+        try:
+            await asyncio.wrap_future(future)
+        except Exception as error:
+            raise kopf_error(error) from error
 
     return registry
 

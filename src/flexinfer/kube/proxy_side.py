@@ -32,7 +32,7 @@ from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model, ServerlessSpec
 from flexinfer.core import arbiter_events as ev
 from flexinfer.core.arbiter_events import ArbiterPolicy
-from flexinfer.core.envvalues import EnvVar, bool_word
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy
 from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.kube.catalog import WatchCatalog
 from flexinfer.kube.demand import DemandSignal, KubeEngine, endpoint_of
@@ -79,13 +79,15 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
                            queue_limit: int = 100) -> ClusterProxySettings:
     """``POD_NAMESPACE`` (default ``default``, with a warning), ``FLEXINFER_PROXY_ALL_NAMESPACES`` and the
     test-only ``FLEXINFER_PROXY_ENDPOINT_OVERRIDE`` (both default false), ``POD_NAME`` (the identity in
-    in-flight reports; hostname and pid when unset)."""
-    namespace = env.get("POD_NAMESPACE", "").strip()
+    in-flight reports; hostname and pid when unset). Both flags guard access (which Models are served, where
+    traffic goes): an unparsable value is a ``ConfigError`` naming it."""
+    read = EnvReader(env)
+    namespace = read.text("POD_NAMESPACE")
     if not namespace:
         log.warning("POD_NAMESPACE is not set; watching Models in namespace 'default'")
         namespace = "default"
-    all_namespaces = bool_word(env.get("FLEXINFER_PROXY_ALL_NAMESPACES"), False)
-    override = bool_word(env.get("FLEXINFER_PROXY_ENDPOINT_OVERRIDE"), False)
+    all_namespaces = read.flag("FLEXINFER_PROXY_ALL_NAMESPACES", False, Policy.GUARD)
+    override = read.flag("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", False, Policy.GUARD)
     if override:
         log.warning("FLEXINFER_PROXY_ENDPOINT_OVERRIDE is on: the flexinfer.ai/endpoint-override annotation "
                     "redirects traffic. This is for tests only; never enable it in production.")
@@ -372,12 +374,13 @@ class ClusterSide:
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("POD_NAMESPACE", "default", "Namespace whose Models the proxy serves (a warning when unset)."),
     EnvVar("FLEXINFER_PROXY_ALL_NAMESPACES", "false",
-           "Serve Models of every namespace (a name used in several is addressed as `namespace/name`)."),
+           "Serve Models of every namespace (a name used in several is addressed as `namespace/name`).",
+           Kind.BOOL, Policy.GUARD),
     EnvVar("POD_NAME", "hostname-pid", "This replica's name: its ModelDemand reports are named after it."),
     EnvVar("POD_UID", "unset", "This pod's UID: its ModelDemand in its own namespace is deleted with the pod."),
     EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
     EnvVar("FLEXINFER_PROXY_ENDPOINT_OVERRIDE", "false",
-           "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint."),
+           "TEST ONLY: route to the `flexinfer.ai/endpoint-override` annotation instead of status.endpoint.",
+           Kind.BOOL, Policy.GUARD),
 )
 """The environment ``cluster_proxy_settings`` reads (for ``flexinfer settings`` and the docs)."""
-

@@ -1,6 +1,8 @@
 """Reconciles one unit (an exclusive Model, or every member of a shared group) from the store.
 
-Per pass: validate (invalid → phase Failed, ``ConfigValid=False``, Warning event, nothing rendered);
+Per pass: validate (invalid → phase Failed, ``ConfigValid=False``, Warning event, nothing rendered; a stored
+quantity or duration that cannot be parsed, in the Model or a matching ModelCache, is only ignored: the model
+runs with the next setting, ``ConfigValid=False`` reason ``InvalidFieldIgnored`` and a Warning event name it);
 fold the proxies' ``ModelDemand`` reports into each Model (``flexinfer.core.demand_view``: demand, wait
 marker, in-flight reports); elect the group's active member (``flexinfer.core.election``, GPULeases
 honoured, the wait markers feeding the starvation bound); per member, plan replicas
@@ -23,7 +25,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lightkube import ApiError
+
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
+from flexinfer.api.loading import validate_stored
 from flexinfer.api.model import Model, ModelStatus
 from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.controller_defaults import ControllerDefaults
@@ -36,17 +41,21 @@ from flexinfer.core.election import (
     elect,
     waiting_since_of,
 )
+from flexinfer.core.flashloader_settings import cache_matches_model
 from flexinfer.core.loading_logs import LOG_TAIL_LINES, refine_from_log
 from flexinfer.core.manifests import render_model
 from flexinfer.core.model_status import (
+    REASON_FIELD_IGNORED,
     DeploymentFacts,
     LoadingDetail,
+    StatusInputs,
     build_status,
     failed_status,
     loading_detail,
     newest_pod,
     ready_since,
     status_patch,
+    with_ignored_fields,
 )
 from flexinfer.core.model_status_plan import (
     ManagerPolicy,
@@ -68,6 +77,9 @@ from flexinfer.kube.store import Store, Unit
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
 ACTIVE_SERVICES = "ai.flexinfer/active-services"
+INVALID = 422
+STATUS_REFUSED = (". The API server refuses status updates of this Model until the field is fixed: the stored value "
+                  "no longer matches the CRD schema")
 
 
 def utcnow() -> datetime:
@@ -97,6 +109,7 @@ class Reconciler:
         self.applier = Applier(api, store)
         self.lifecycle = LifecycleTracker(sink)
         self._bad_markers: dict[str, str] = {}
+        self._reported_ignored: dict[str, str] = {}
 
     async def reconcile(self, unit: Unit) -> None:
         now = self._clock()
@@ -208,7 +221,7 @@ class Reconciler:
         (docs/design/kubernetes-proxy.md)."""
         model, plan = step.inputs.model, step.plan
         finished = finish_member(step.inputs, plan, step.inputs.deployment, None, now)
-        body = await self._patch(model, status_patch(model.status, build_status(model, finished.inputs)))
+        body = await self._patch(model, status_patch(model.status, self._status(model, finished.inputs, now)))
         to = step.inputs.decision.preempted_by if step.inputs.decision else ""
         self.lifecycle.preempted(model, to)
         await self._api.post_event(body, "Normal", "Preempted", plan.preempted_message)
@@ -245,16 +258,62 @@ class Reconciler:
         if reading_log and pod is not None and detail is not None:
             detail = await self._from_log(model, pod, detail)
             finished = finish_member(inputs, step.plan, applied, detail, now)
-        status = build_status(model, finished.inputs)
+        status = self._status(model, finished.inputs, now)
         patch = status_patch(model.status, status)
-        if patch:
-            await self._patch(model, patch)
+        try:
+            body = await self._patch(model, patch) if patch else self._store_body(model)
+        except ApiError as error:
+            if error.status.code != INVALID or not self._own_ignored(model):
+                raise
+            # Before Kubernetes 1.28 (no validation ratcheting) a status write re-validates the whole stored
+            # object, so a Model whose stored spec breaks the current schema cannot get any status: say so once.
+            await self._report_ignored(model, self._store_body(model), STATUS_REFUSED)
+            return False
+        await self._report_ignored(model, body)
         live = step.inputs.deployment
         stopped = live is not None and live.replicas > 0 and step.plan.replicas == 0
         facts = PassFacts(stopped_at=applied_at if stopped else None,
                           ready_condition_at=ready_since(pod, deployment) if status.phase == "Ready" else None)
         self.lifecycle.observe(model, status, now, facts)
         return reading_log
+
+    # ---------------------------------------------------------------- fields ignored in stored objects
+
+    def _status(self, model: Model, inputs: StatusInputs, now: datetime) -> ModelStatus:
+        """``build_status``, with ``ConfigValid=False`` naming the fields ignored for this model (if any)."""
+        status = build_status(model, inputs)
+        ignored = self._ignored_fields(model)
+        return with_ignored_fields(status, ignored, model.metadata.generation, now) if ignored else status
+
+    def _own_ignored(self, model: Model) -> bool:
+        parsed = self._store.model(model.namespace, model.name)
+        return parsed is not None and bool(parsed.ignored)
+
+    def _ignored_fields(self, model: Model) -> str:
+        """The unparsable stored fields of the Model and of the ModelCaches that match it, one message."""
+        parsed = self._store.model(model.namespace, model.name)
+        parts = [f"{p.path}: {p.message}" for p in (parsed.ignored if parsed is not None else ())]
+        for _, cache, ignored in self._store.cache_problems(model.namespace):
+            if cache_matches_model(cache, model):
+                parts += [f"ModelCache {cache.name} {p.path}: {p.message}" for p in ignored]
+        return f"ignored (the next setting applies): {'; '.join(parts)}" if parts else ""
+
+    async def _report_ignored(self, model: Model, body: Body, note: str = "") -> None:
+        """A Warning event on the Model and on each ModelCache concerned, once per distinct message."""
+        message = self._ignored_fields(model) + note
+        if self._reported_ignored.get(model.key, "") == message:
+            return
+        self._reported_ignored[model.key] = message
+        if not message:
+            return
+        log.warning("model %s: %s", model.key, message)
+        await self._api.post_event(body, "Warning", REASON_FIELD_IGNORED, message)
+        for cache_body, cache, ignored in self._store.cache_problems(model.namespace):
+            key = f"cache:{cache.key}"
+            text = "; ".join(f"{p.path}: {p.message}" for p in ignored) + " (ignored; fix the field)"
+            if cache_matches_model(cache, model) and self._reported_ignored.get(key) != text:
+                self._reported_ignored[key] = text
+                await self._api.post_event(cache_body, "Warning", REASON_FIELD_IGNORED, text)
 
     async def _from_log(self, model: Model, pod: Mapping[str, Any], detail: LoadingDetail) -> LoadingDetail:
         """``detail`` refined by the newest lines of the running-but-unready container's log."""
@@ -273,9 +332,10 @@ class Reconciler:
     @staticmethod
     def _model_from(body: Body, fallback: Model) -> Model:
         try:
-            return Model.model_validate(body)
+            model, _, _ = validate_stored(Model, body)
         except ValueError:
             return fallback
+        return model
 
     async def _invalid(self, body: Body, error: FlexInferError, now: datetime) -> None:
         """Phase Failed + ``ConfigValid=False``; a Warning event each time the message changes."""
@@ -298,4 +358,3 @@ class Reconciler:
     def forget(self, model: Model | None, namespace: str, name: str) -> None:
         self.applier.forget(namespace, name)
         self.lifecycle.forget(model, namespace, name)
-

@@ -5,7 +5,9 @@ Includes the proxies' ``ModelDemand`` reports: a changed report affects the unit
 Fed by the kopf event handlers (``flexinfer.kube.operator``) and by the reconciler's own write responses
 (so a reconcile right after a write never acts on the older body); bodies carrying an older
 ``resourceVersion`` than the stored one are ignored. Each update returns the reconcile ``Unit``s it
-affects. Reconciles read only from here: no API read per reconcile.
+affects. Reconciles read only from here: no API read per reconcile. Models and ModelCaches are parsed with
+``parse_stored``: a quantity or duration stored before the CRD's pattern existed is ignored (and listed in
+``ignored`` for the reconciler to report) instead of discarding the whole object.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from flexinfer.api.errors import InvalidResourceError
+from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
-from flexinfer.api.loading import parse_resource
+from flexinfer.api.loading import parse_stored
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.api.modeldemand import ModelDemand
@@ -43,11 +45,13 @@ class Unit:
 
 @dataclass(frozen=True)
 class Parsed:
-    """A Model body validated once per resourceVersion: the typed Model or the validation error."""
+    """A Model body validated once per resourceVersion: the typed Model or the validation error, and the
+    fields ignored because their stored value cannot be parsed."""
 
     body: Body
     model: Model | None
     error: InvalidResourceError | None
+    ignored: tuple[FieldProblem, ...] = ()
 
 
 def key_of(body: Body) -> Key:
@@ -74,10 +78,11 @@ def unit_of(body: Body) -> Unit:
 
 def _parse(body: Body) -> Parsed:
     try:
-        resource = parse_resource(body)
+        stored = parse_stored(body)
     except InvalidResourceError as error:
         return Parsed(body, None, error)
-    return Parsed(body, resource if isinstance(resource, Model) else None, None)
+    model = stored.resource if isinstance(stored.resource, Model) else None
+    return Parsed(body, model, None, stored.ignored)
 
 
 class Store:
@@ -182,11 +187,8 @@ class Store:
         return self._cache_units(body)
 
     def _cache_units(self, body: Body) -> list[Unit]:
-        try:
-            cache = parse_resource(body)
-        except InvalidResourceError:
-            return []
-        if not isinstance(cache, ModelCache):
+        cache = _typed(body, ModelCache)
+        if cache is None:
             return []
         return sorted({unit_of(p.body) for p in self._models.values()
                        if p.model is not None and p.model.namespace == cache.namespace
@@ -256,6 +258,20 @@ class Store:
         return [c for c in (_typed(b, ModelCache) for k, b in self._caches.items() if k[0] == namespace)
                 if c is not None]
 
+    def cache_problems(self, namespace: str) -> list[tuple[Body, ModelCache, tuple[FieldProblem, ...]]]:
+        """The ModelCaches of ``namespace`` that had fields ignored: (body, typed cache, ignored fields)."""
+        found = []
+        for key, body in self._caches.items():
+            if key[0] != namespace:
+                continue
+            try:
+                stored = parse_stored(body)
+            except InvalidResourceError:
+                continue
+            if stored.ignored and isinstance(stored.resource, ModelCache):
+                found.append((body, stored.resource, stored.ignored))
+        return found
+
     def leases(self, namespace: str) -> list[GPULease]:
         return [x for x in (_typed(b, GPULease) for k, b in self._leases.items() if k[0] == namespace)
                 if x is not None]
@@ -277,8 +293,9 @@ def _slim(body: Body) -> Body:
 
 
 def _typed(body: Body, cls: type[T]) -> T | None:
+    """The object as ``cls`` (unparsable quantities/durations ignored), or ``None`` when it is invalid."""
     try:
-        resource = parse_resource(body)
+        resource = parse_stored(body).resource
     except InvalidResourceError:
         return None
     return resource if isinstance(resource, cls) else None

@@ -3,7 +3,9 @@
 Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_local``:
 
 - ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
-  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in}]}``
+  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in}], "config": {loaded_at, models,
+  last_reload, trigger, result, error, errors, reloads}}`` (``config``: the manifest reloads,
+  ``flexinfer.local.reloading.ConfigStatus``)
 - ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...], "started": bool}`` (the server's captured
   output; ``started`` is false when the model has not run since ``serve`` started)
 - ``POST /admin/models/{model}/load[?wait=true]`` / ``POST /admin/models/{model}/unload`` →
@@ -81,6 +83,7 @@ class AdminApi:
     logs: LogStore
     pid: Callable[[str], int | None]
     token: str = ""
+    config: Callable[[], dict[str, object]] | None = None
 
     def routes(self) -> Sequence[web.RouteDef]:
         return [
@@ -107,7 +110,10 @@ class AdminApi:
 
     async def status(self, request: web.Request) -> web.Response:
         self._check(request)
-        return web.json_response({"models": [self._state(s) for s in self.control.snapshot()]})
+        body: dict[str, object] = {"models": [self._state(s) for s in self.control.snapshot()]}
+        if self.config is not None:
+            body["config"] = self.config()
+        return web.json_response(body)
 
     def _state(self, state: ModelState) -> dict[str, object]:
         return {

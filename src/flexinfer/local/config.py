@@ -1,7 +1,8 @@
 """Settings of ``flexinfer serve`` (the local engine and its swap policy) from an environment snapshot.
 
 ``local_config(env, base_dir)`` parses the ``FLEXINFER_*`` variables below (``ENV_VARS`` is the
-documentation table); a malformed value raises ``ConfigError`` naming the variable. Pure apart from
+documentation table) through ``flexinfer.core.envvalues.EnvReader``; a malformed value raises ``ConfigError``
+naming the variable. Pure apart from
 computing default paths. Called by ``flexinfer.assembly.run_local``; tests pass plain dicts.
 """
 
@@ -13,22 +14,27 @@ from pathlib import Path
 
 from flexinfer.api.units import parse_duration
 from flexinfer.core.arbiter_events import ArbiterPolicy
-from flexinfer.core.envvalues import EnvVar
-from flexinfer.core.errors import ConfigError
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
 from flexinfer.local.engine import LocalEngineSettings
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("FLEXINFER_STATE_DIR", "$XDG_STATE_HOME/flexinfer or ~/.local/state/flexinfer",
-           "Where model-server logs are kept (`logs/<namespace>_<model>.log`)."),
+           "Where model-server logs are kept (`logs/<namespace>_<model>.log`), and records of running model "
+           "servers (`processes/`: a `serve` started after one was killed stops what it left)."),
     EnvVar("FLEXINFER_SHM_ROOT", "/dev/shm/flexinfer", "Flash-loader destination root (tmpfs)."),
-    EnvVar("FLEXINFER_STOP_GRACE", "10s", "Time between SIGTERM and SIGKILL when a model server is stopped."),
+    EnvVar("FLEXINFER_STOP_GRACE", "10s", "Time between SIGTERM and SIGKILL when a model server is stopped "
+           "(a SIGINT follows the SIGTERM after 1s, so servers such as uvicorn do not wait for generations "
+           "whose client is gone).", Kind.DURATION),
     EnvVar("FLEXINFER_START_TIMEOUT", "5m", "Readiness budget of a model server (`spec.config.startupTimeout` "
-           "overrides it per model)."),
+           "overrides it per model).", Kind.DURATION),
     EnvVar("FLEXINFER_SWAP_MIN_HOLD", "15s", "A model keeps a shared GPU at least this long after Ready "
-           "(anti-thrash; never delays a starving model)."),
-    EnvVar("FLEXINFER_SWAP_MAX_WAIT", "30s", "A model whose oldest request waited this long gets the GPU next."),
-    EnvVar("FLEXINFER_DRAIN_TIMEOUT", "30s", "How long an outgoing model may finish in-flight requests."),
-    EnvVar("FLEXINFER_RESTART_BACKOFF", "5s", "Backoff after a failed start (doubles per failure, max 5m)."),
+           "(anti-thrash; never delays a starving model).", Kind.DURATION),
+    EnvVar("FLEXINFER_SWAP_MAX_WAIT", "30s", "A model whose oldest request waited this long gets the GPU next.",
+           Kind.DURATION),
+    EnvVar("FLEXINFER_DRAIN_TIMEOUT", "30s", "How long an outgoing model may finish in-flight requests.",
+           Kind.DURATION),
+    EnvVar("FLEXINFER_RESTART_BACKOFF", "5s", "Backoff after a failed start (doubles per failure, max 5m).",
+           Kind.DURATION),
 )
 _DEFAULTS = {var.name: var.default for var in ENV_VARS}
 
@@ -52,15 +58,8 @@ def state_dir(env: Mapping[str, str]) -> Path:
 
 
 def duration(env: Mapping[str, str], name: str) -> float:
-    """A duration variable in seconds (missing → documented default); ``ConfigError`` when malformed."""
-    text = env.get(name, "").strip() or _DEFAULTS[name]
-    try:
-        seconds = parse_duration(text)
-    except ValueError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-    if seconds < 0:
-        raise ConfigError(f"{name} must not be negative")
-    return seconds
+    """A duration variable in seconds (missing → documented default); ``ConfigError`` naming it when malformed."""
+    return EnvReader(env).duration(name, parse_duration(_DEFAULTS[name]))
 
 
 def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: float = 60.0,
@@ -76,6 +75,6 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         min_hold=duration(env, "FLEXINFER_SWAP_MIN_HOLD"), max_wait=duration(env, "FLEXINFER_SWAP_MAX_WAIT"),
         drain_timeout=duration(env, "FLEXINFER_DRAIN_TIMEOUT"),
         restart_backoff=duration(env, "FLEXINFER_RESTART_BACKOFF"),
-        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit,
+        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, restart_changed=True,
     )
     return LocalConfig(engine=engine, policy=policy)

@@ -5,7 +5,10 @@ the flash-loader is enabled), picks a launch profile, spawns the server on a fre
 process group and returns once its health endpoint answers. A server that exits before Ready raises
 ``EngineError`` with its last output lines; cancelling ``start`` kills what it spawned. A server that
 exits after Ready is reported through ``on_exit`` (the dispatcher turns it into ``ModelStopped``).
-``stop`` is SIGTERM → grace → SIGKILL for the group; ``aclose`` does that for every child.
+``stop`` is SIGTERM → grace → SIGKILL for the group; ``aclose`` does that for every child; ``hurry``
+SIGTERMs every child now and SIGKILLs it after ``close_grace`` (a second shutdown signal). With
+``records_dir`` every child group is recorded there while it runs (``flexinfer.local.leftovers``), so a
+``serve`` started after this one was killed can reap what it left (``reap_leftovers``).
 
 Built by ``flexinfer.assembly.run_local``; the admin API reads ``logs``/``endpoint`` from it.
 """
@@ -24,6 +27,7 @@ from flexinfer.api.units import parse_duration
 from flexinfer.core.cache_strategy import effective_cache_strategy
 from flexinfer.core.errors import EngineError, StagingError
 from flexinfer.local.gpu_discovery import GpuInventory
+from flexinfer.local.leftovers import TOKEN_VARIABLE, ProcessRecords
 from flexinfer.local.logs import LogStore
 from flexinfer.local.ports import PortAllocator
 from flexinfer.local.process import ServerProcess, describe_exit
@@ -50,6 +54,8 @@ class LocalEngineSettings:
     """Default readiness budget; ``spec.config.startupTimeout`` overrides it per model."""
     log_lines: int = 1000
     log_dir: Path | None = None
+    records_dir: Path | None = None
+    """Where running child groups are recorded (``<state dir>/processes``); ``None``: not recorded."""
     shm_root: Path = Path("/dev/shm/flexinfer")
     base_dir: Path = Path(".")
     """Relative ``file://`` sources resolve against this directory."""
@@ -119,6 +125,7 @@ class LocalEngine:
         self._children: set[ServerProcess] = set()
         self._warned: set[str] = set()
         self._closed = False
+        self._records = ProcessRecords(self.settings.records_dir) if self.settings.records_dir else None
 
     # ------------------------------------------------------------ Engine port
 
@@ -163,6 +170,24 @@ class LocalEngine:
         await asyncio.gather(*(self._terminate(p, self.settings.close_grace) for p in list(self._children)))
         self.logs.close()
 
+    def hurry(self) -> None:
+        """Refuse further starts, SIGTERM every child group now and SIGKILL it after ``close_grace``
+        (returns at once; pending ``stop``/``aclose`` calls end as the children exit)."""
+        self._closed = True
+        for process in list(self._children):
+            process.hurry(self.settings.close_grace)
+
+    def reap_leftovers(self) -> int:
+        """Kill the model servers a previous, killed ``serve`` recorded in ``records_dir``; returns how many
+        groups had live members."""
+        if self._records is None:
+            return 0
+        reaped = self._records.reap()
+        for record in reaped:
+            log.warning("killed model server group %d left by a previous serve (pid %d): %s", record.pgid,
+                        record.owner_pid, " ".join(record.argv))
+        return len(reaped)
+
     def kill_all(self) -> None:
         """SIGKILL every child group now (synchronous: for a last-resort exit path)."""
         for process in list(self._children):
@@ -206,10 +231,13 @@ class LocalEngine:
     async def _launch(self, model: Model, plan: LaunchPlan, env: Mapping[str, str], port: int,
                       report: StageReporter) -> Endpoint:
         report("server_start")
-        process = await ServerProcess.spawn(plan.argv, env, self.logs.get(model.key))
+        token = ProcessRecords.new_token()
+        process = await ServerProcess.spawn(plan.argv, {**env, TOKEN_VARIABLE: token}, self.logs.get(model.key))
         self._children.add(process)
         log.info("model %s: server started (pid %s, port %d)", model.key, process.pid, port,
                  extra={"event": "server_started", "model": model.key, "pid": process.pid, "port": port})
+        if self._records is not None:
+            self._records.add(process.pid, token, plan.argv)
         timeout = start_timeout(model, self.settings.start_timeout)
         try:
             await wait_ready(self.settings.host, port, plan.health_path, timeout=timeout, exited=process.exited,
@@ -254,8 +282,13 @@ class LocalEngine:
 
     async def _terminate(self, process: ServerProcess, grace: float) -> None:
         await process.terminate(grace)
-        self._children.discard(process)
+        self._discard(process)
 
     async def _forget(self, process: ServerProcess) -> None:
         await process.close()
+        self._discard(process)
+
+    def _discard(self, process: ServerProcess) -> None:
         self._children.discard(process)
+        if self._records is not None:
+            self._records.remove(process.pid)

@@ -3,8 +3,12 @@
 A profile lists launch variants in preference order (``llamacpp``: the ``llama-server`` binary if it is on
 ``PATH``, else ``python -m llama_cpp.server``); an explicit ``spec.config.command`` (list form) overrides the
 profile for any backend. Placeholders ``{model_path}``, ``{port}``, ``{host}``, ``{served_name}`` and
-``{python}`` are substituted textually (other braces are left alone). Used by ``flexinfer.local.engine``
-at activation time and by ``flexinfer.local.validation`` at ``serve`` start.
+``{python}`` are substituted textually (other braces are left alone). Servers that take a parallel
+capacity get it (``--parallel N`` for ``llama-server``, ``--max-num-seqs N`` for vLLM; N from
+``flexinfer.core.profiles.parallel_requests``, 1 for llama.cpp unless configured); ``python -m
+llama_cpp.server`` runs one request at a time and is started with ``--interrupt_requests False``, so a new
+request waits for the running one instead of cutting it short. Used by ``flexinfer.local.engine`` at
+activation time and by ``flexinfer.local.validation`` at ``serve`` start.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from flexinfer.api.model import Model
-from flexinfer.core.errors import EngineError
+from flexinfer.core.errors import ConfigError, EngineError
+from flexinfer.core.profiles import parallel_args
 
 PLACEHOLDERS = ("model_path", "port", "host", "served_name", "python")
 DEFAULT_COMMAND_HEALTH_PATH = "/v1/models"
@@ -37,6 +42,8 @@ class LaunchVariant:
     """A Python package that must be importable by ``{python}``."""
     env: tuple[tuple[str, str], ...] = ()
     """Environment templates: servers that read settings from variables (``PORT``…) get the same values."""
+    takes_parallel: bool = True
+    """It accepts the backend's parallel-capacity flag (``core.profiles.BackendDefaults.parallel_flags``)."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,13 @@ PROFILES: dict[str, BackendProfile] = {
             LaunchVariant(
                 label="python -m llama_cpp.server",
                 argv=("{python}", "-m", "llama_cpp.server", "--model", "{model_path}", *_LISTEN,
-                      "--model_alias", "{served_name}"),
+                      "--model_alias", "{served_name}", "--interrupt_requests", "False"),
                 health_path="/v1/models", module="llama_cpp",
-                # its pydantic settings read HOST/PORT/MODEL from the environment, over the arguments
-                env=(("HOST", "{host}"), ("PORT", "{port}"), ("MODEL", "{model_path}")),
+                # its pydantic settings read HOST/PORT/MODEL from the environment, over the arguments;
+                # its default interrupt_requests=True lets a new request cut the running stream short
+                env=(("HOST", "{host}"), ("PORT", "{port}"), ("MODEL", "{model_path}"),
+                     ("INTERRUPT_REQUESTS", "false")),
+                takes_parallel=False,  # one request at a time (a lock around its one Llama instance)
             ),
         ),
         install_hint="put llama.cpp's `llama-server` on PATH or install `flexinfer[llamacpp]` "
@@ -152,7 +162,11 @@ def plan_launch(model: Model, model_path: str, port: int, host: str, installed: 
         return LaunchPlan(substitute(command_argv(model), values), command_health_path(model), env,
                           "spec.config.command")
     variant = choose_variant(model, installed)
-    argv = substitute(variant.argv, values) + extra_args(model)
+    try:
+        parallel = parallel_args(model) if variant.takes_parallel else ()
+    except ConfigError as exc:
+        raise EngineError(str(exc)) from None
+    argv = substitute(variant.argv, values) + parallel + extra_args(model)
     names = [name for name, _ in variant.env]
     profile_env = dict(zip(names, substitute([value for _, value in variant.env], values), strict=True))
     return LaunchPlan(argv, variant.health_path, {**profile_env, **env}, f"{model.backend} via {variant.label}")

@@ -2,8 +2,11 @@
 
 Called by the composition roots (``flexinfer.assembly``) before ``init_tracing``. Nothing here reads
 ``os.environ``: every standard ``OTEL_*`` variable the exporter, resource and sampler need is parsed from the
-snapshot and later passed to the SDK explicitly. Parsing never fails, whatever the text; values that can only
-be judged when tracing is on (endpoint URL, sampler name, protocol) are checked by ``init_tracing``.
+snapshot and later passed to the SDK explicitly. Parsing goes through ``flexinfer.core.envvalues.EnvReader``:
+``FLEXINFER_OTEL_TRUST_INCOMING`` guards trust of incoming headers, so an unparsable value is a
+``ConfigError`` (fail closed); the other unparsable values keep their default (the Go and OpenTelemetry rule)
+and are logged as warnings naming the variable. Values that only matter when tracing is on (endpoint URL,
+sampler name and ratio, protocol, TLS files) are checked by ``init_tracing``, and only then.
 
 Variables: ``FLEXINFER_OTEL_ENABLED`` (bool words, default off; ``OTEL_SDK_DISABLED=true`` also turns it off),
 ``FLEXINFER_OTEL_SERVICE_NAMESPACE``, ``FLEXINFER_OTEL_TRUST_INCOMING`` (default on), ``OTEL_SERVICE_NAME``,
@@ -14,12 +17,12 @@ Variables: ``FLEXINFER_OTEL_ENABLED`` (bool words, default off; ``OTEL_SDK_DISAB
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from flexinfer.core.envvalues import EnvVar, bool_word, positive_int
+from flexinfer import settings as process_settings
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy, Warn
 
 ENABLED = "FLEXINFER_OTEL_ENABLED"
 SERVICE_NAMESPACE = "FLEXINFER_OTEL_SERVICE_NAMESPACE"
@@ -31,24 +34,36 @@ DEFAULT_SAMPLER = "parentbased_always_on"
 _OTLP = "OTEL_EXPORTER_OTLP_"
 _OTLP_TRACES = "OTEL_EXPORTER_OTLP_TRACES_"
 
+FALLBACK, WHEN_ENABLED = Policy.FALLBACK, Policy.WHEN_ENABLED
+COMPRESSIONS = ("none", "gzip", "deflate")
 ENV_VARS: tuple[EnvVar, ...] = (
-    EnvVar(ENABLED, "false", "Turn OpenTelemetry tracing on (1/true/yes/on); off = no exporter, nothing touched."),
+    EnvVar(ENABLED, "false", "Turn OpenTelemetry tracing on (1/true/yes/on); off = no exporter, nothing touched.",
+           Kind.BOOL, FALLBACK),
     EnvVar(SERVICE_NAMESPACE, "", "`service.namespace` resource attribute."),
-    EnvVar(TRUST_INCOMING, "true", "Continue traces from clients' `traceparent`; set false on public-facing proxies."),
+    EnvVar(TRUST_INCOMING, "true", "Continue traces from clients' `traceparent`; set false on public-facing proxies.",
+           Kind.BOOL, Policy.GUARD),
     EnvVar("OTEL_EXPORTER_OTLP_ENDPOINT", DEFAULT_ENDPOINT,
-           "OTLP/HTTP collector base URL (`/v1/traces` is appended); `..._TRACES_ENDPOINT` is used as is."),
-    EnvVar("OTEL_EXPORTER_OTLP_HEADERS", "", "Extra export headers, `k1=v1,k2=v2` (also `..._TRACES_HEADERS`)."),
-    EnvVar("OTEL_EXPORTER_OTLP_TIMEOUT", "10000", "Export timeout in milliseconds."),
-    EnvVar("OTEL_EXPORTER_OTLP_COMPRESSION", "", "`gzip` or `deflate` for exported batches."),
+           "OTLP/HTTP collector base URL (`/v1/traces` is appended); `..._TRACES_ENDPOINT` is used as is.",
+           Kind.URL, WHEN_ENABLED),
+    EnvVar("OTEL_EXPORTER_OTLP_HEADERS", "", "Extra export headers, `k1=v1,k2=v2` (also `..._TRACES_HEADERS`).",
+           Kind.PAIRS, FALLBACK),
+    EnvVar("OTEL_EXPORTER_OTLP_TIMEOUT", "10000", "Export timeout in milliseconds.", Kind.MILLIS, FALLBACK),
+    EnvVar("OTEL_EXPORTER_OTLP_COMPRESSION", "", "`gzip` or `deflate` for exported batches.", Kind.CHOICE, FALLBACK),
     EnvVar("OTEL_SERVICE_NAME", "", "Overrides the service name each command passes (e.g. flexinfer-proxy)."),
-    EnvVar("OTEL_RESOURCE_ATTRIBUTES", "", "Extra resource attributes, `k1=v1,k2=v2`."),
-    EnvVar("OTEL_TRACES_SAMPLER", DEFAULT_SAMPLER, "Standard sampler name, e.g. parentbased_traceidratio."),
-    EnvVar("OTEL_TRACES_SAMPLER_ARG", "", "Sampler argument (the ratio for the *traceidratio samplers)."),
-    EnvVar("OTEL_BSP_SCHEDULE_DELAY", "5000", "Batch span processor: milliseconds between exports."),
-    EnvVar("OTEL_BSP_EXPORT_TIMEOUT", "30000", "Batch span processor: export timeout in milliseconds."),
-    EnvVar("OTEL_BSP_MAX_QUEUE_SIZE", "2048", "Batch span processor: spans buffered before dropping."),
-    EnvVar("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512", "Batch span processor: spans per export."),
-    EnvVar("OTEL_SDK_DISABLED", "false", "`true` forces tracing off whatever FLEXINFER_OTEL_ENABLED says."),
+    EnvVar("OTEL_RESOURCE_ATTRIBUTES", "", "Extra resource attributes, `k1=v1,k2=v2`.", Kind.PAIRS, FALLBACK),
+    EnvVar("OTEL_TRACES_SAMPLER", DEFAULT_SAMPLER, "Standard sampler name, e.g. parentbased_traceidratio.",
+           Kind.CHOICE, WHEN_ENABLED),
+    EnvVar("OTEL_TRACES_SAMPLER_ARG", "", "Sampler argument: the ratio (0 to 1) of the *traceidratio samplers.",
+           Kind.NUMBER, WHEN_ENABLED),
+    EnvVar("OTEL_BSP_SCHEDULE_DELAY", "5000", "Batch span processor: milliseconds between exports.",
+           Kind.INT, FALLBACK),
+    EnvVar("OTEL_BSP_EXPORT_TIMEOUT", "30000", "Batch span processor: export timeout in milliseconds.",
+           Kind.INT, FALLBACK),
+    EnvVar("OTEL_BSP_MAX_QUEUE_SIZE", "2048", "Batch span processor: spans buffered before dropping.",
+           Kind.INT, FALLBACK),
+    EnvVar("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512", "Batch span processor: spans per export.", Kind.INT, FALLBACK),
+    EnvVar("OTEL_SDK_DISABLED", "false", "`true` forces tracing off whatever FLEXINFER_OTEL_ENABLED says.",
+           Kind.BOOL, FALLBACK),
 )
 
 
@@ -95,77 +110,81 @@ class TracingSettings:
     batch: BatchSettings = field(default_factory=BatchSettings)
 
 
-def tracing_settings(env: Mapping[str, str]) -> TracingSettings:
-    """Parse the tracing part of an environment snapshot. Never raises."""
+def tracing_settings(env: Mapping[str, str], warn: Warn | None = process_settings.warn) -> TracingSettings:
+    """Parse the tracing part of an environment snapshot. Raises ``ConfigError`` only for an unparsable
+    ``FLEXINFER_OTEL_TRUST_INCOMING``; other unparsable values keep their default and go to ``warn``."""
+    read = EnvReader(env, warn)
+    enabled, sdk_disabled = read.flag(ENABLED, False, FALLBACK), read.flag("OTEL_SDK_DISABLED", False, FALLBACK)
     return TracingSettings(
-        enabled=bool_word(env.get(ENABLED), False) and not bool_word(env.get("OTEL_SDK_DISABLED"), False),
-        service_namespace=env.get(SERVICE_NAMESPACE, "").strip(),
-        trust_incoming=bool_word(env.get(TRUST_INCOMING), True),
-        service_name=env.get("OTEL_SERVICE_NAME", "").strip(),
-        resource_attributes=key_value_list(env.get("OTEL_RESOURCE_ATTRIBUTES", "")),
-        sampler=env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or DEFAULT_SAMPLER,
-        sampler_arg=env.get("OTEL_TRACES_SAMPLER_ARG", "").strip(),
-        exporter=exporter_settings(env),
-        batch=batch_settings(env),
+        enabled=enabled and not sdk_disabled,
+        service_namespace=read.text(SERVICE_NAMESPACE),
+        trust_incoming=read.flag(TRUST_INCOMING, True, Policy.GUARD),
+        service_name=read.text("OTEL_SERVICE_NAME"),
+        resource_attributes=key_value_list(read, "OTEL_RESOURCE_ATTRIBUTES"),
+        sampler=read.text("OTEL_TRACES_SAMPLER").lower() or DEFAULT_SAMPLER,
+        sampler_arg=read.text("OTEL_TRACES_SAMPLER_ARG"),
+        exporter=exporter_settings(read),
+        batch=batch_settings(read),
     )
 
 
-def exporter_settings(env: Mapping[str, str]) -> ExporterSettings:
+def exporter_settings(read: EnvReader) -> ExporterSettings:
     """Resolve the OTLP exporter variables: ``OTEL_EXPORTER_OTLP_TRACES_X`` wins over ``OTEL_EXPORTER_OTLP_X``."""
-    compression = _otlp(env, "COMPRESSION").lower()
+    timeout = read.number(_otlp(read, "TIMEOUT"), DEFAULT_TIMEOUT_SECONDS * 1000, FALLBACK)
+    if timeout <= 0:
+        timeout = read.invalid(_otlp(read, "TIMEOUT"), read.raw(_otlp(read, "TIMEOUT")), "not a positive number",
+                               DEFAULT_TIMEOUT_SECONDS * 1000, FALLBACK)
     return ExporterSettings(
-        endpoint=traces_endpoint(env),
-        headers=key_value_list(_otlp(env, "HEADERS")),
-        timeout_seconds=_timeout_seconds(_otlp(env, "TIMEOUT")),
-        compression=compression if compression in {"gzip", "deflate"} else "none",
-        protocol=_otlp(env, "PROTOCOL").lower() or "http/protobuf",
-        certificate=_otlp(env, "CERTIFICATE") or None,
-        client_key=_otlp(env, "CLIENT_KEY") or None,
-        client_certificate=_otlp(env, "CLIENT_CERTIFICATE") or None,
+        endpoint=traces_endpoint(read),
+        headers=key_value_list(read, _otlp(read, "HEADERS")),
+        timeout_seconds=timeout / 1000.0,
+        compression=read.choice(_otlp(read, "COMPRESSION"), COMPRESSIONS, "none", FALLBACK),
+        protocol=read.text(_otlp(read, "PROTOCOL")).lower() or "http/protobuf",
+        certificate=read.text(_otlp(read, "CERTIFICATE")) or None,
+        client_key=read.text(_otlp(read, "CLIENT_KEY")) or None,
+        client_certificate=read.text(_otlp(read, "CLIENT_CERTIFICATE")) or None,
     )
 
 
-def traces_endpoint(env: Mapping[str, str]) -> str:
+def traces_endpoint(read: EnvReader) -> str:
     """The traces URL: the per-signal endpoint as given, else the base endpoint plus ``/v1/traces``."""
-    signal = env.get(f"{_OTLP_TRACES}ENDPOINT", "").strip()
+    signal = read.text(f"{_OTLP_TRACES}ENDPOINT")
     if signal:
         return signal
-    base = env.get(f"{_OTLP}ENDPOINT", "").strip() or DEFAULT_ENDPOINT
+    base = read.text(f"{_OTLP}ENDPOINT", DEFAULT_ENDPOINT)
     return f"{base.rstrip('/')}/{TRACES_PATH}"
 
 
-def batch_settings(env: Mapping[str, str]) -> BatchSettings:
-    """``OTEL_BSP_*`` as positive integers; anything else keeps the default."""
+def batch_settings(read: EnvReader) -> BatchSettings:
+    """``OTEL_BSP_*`` as positive integers; anything else keeps the default (with a warning)."""
     default = BatchSettings()
     return BatchSettings(
-        schedule_delay_millis=positive_int(env.get("OTEL_BSP_SCHEDULE_DELAY"), default.schedule_delay_millis),
-        export_timeout_millis=positive_int(env.get("OTEL_BSP_EXPORT_TIMEOUT"), default.export_timeout_millis),
-        max_queue_size=positive_int(env.get("OTEL_BSP_MAX_QUEUE_SIZE"), default.max_queue_size),
-        max_export_batch_size=positive_int(env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), default.max_export_batch_size),
+        schedule_delay_millis=read.integer("OTEL_BSP_SCHEDULE_DELAY", default.schedule_delay_millis, FALLBACK, 1),
+        export_timeout_millis=read.integer("OTEL_BSP_EXPORT_TIMEOUT", default.export_timeout_millis, FALLBACK, 1),
+        max_queue_size=read.integer("OTEL_BSP_MAX_QUEUE_SIZE", default.max_queue_size, FALLBACK, 1),
+        max_export_batch_size=read.integer("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", default.max_export_batch_size,
+                                           FALLBACK, 1),
     )
 
 
-def key_value_list(text: str) -> dict[str, str]:
+def key_value_list(read: EnvReader, name: str) -> dict[str, str]:
     """The W3C-baggage-like ``k1=v1,k2=v2`` format of ``OTEL_RESOURCE_ATTRIBUTES`` and ``..._HEADERS``.
 
-    Values are percent-decoded; entries without ``=`` or with an empty key are skipped.
+    Values are percent-decoded; an entry without ``=`` or with an empty key is skipped with a warning.
     """
     pairs: dict[str, str] = {}
-    for entry in text.split(","):
+    for entry in read.raw(name).split(","):
+        if not entry.strip():
+            continue
         key, sep, value = entry.partition("=")
         if sep and key.strip():
             pairs[unquote(key.strip())] = unquote(value.strip())
+        else:
+            read.invalid(name, entry.strip(), "not a key=value entry", None, FALLBACK, shown="entry skipped")
     return pairs
 
 
-def _otlp(env: Mapping[str, str], suffix: str) -> str:
-    return (env.get(f"{_OTLP_TRACES}{suffix}", "").strip() or env.get(f"{_OTLP}{suffix}", "")).strip()
-
-
-def _timeout_seconds(millis: str) -> float:
-    """``OTEL_EXPORTER_OTLP_TIMEOUT`` is in milliseconds; non-numbers and values ≤ 0 keep the default."""
-    try:
-        value = float(millis)
-    except ValueError:
-        return DEFAULT_TIMEOUT_SECONDS
-    return value / 1000.0 if math.isfinite(value) and value > 0 else DEFAULT_TIMEOUT_SECONDS
+def _otlp(read: EnvReader, suffix: str) -> str:
+    """The name of the variable in effect: ``OTEL_EXPORTER_OTLP_TRACES_<suffix>`` when set, else the generic one."""
+    signal = f"{_OTLP_TRACES}{suffix}"
+    return signal if read.raw(signal) else f"{_OTLP}{suffix}"

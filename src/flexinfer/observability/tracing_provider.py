@@ -11,6 +11,8 @@ true. The only shared state used is OpenTelemetry's context variable, while a sp
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping, MutableMapping
 from contextvars import Token
 from types import TracebackType
@@ -109,6 +111,10 @@ def exporter(settings: TracingSettings) -> OTLPSpanExporter:
     url = urlsplit(options.endpoint)
     if url.scheme not in {"http", "https"} or not url.hostname:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT: {options.endpoint!r} is not an http(s) URL")
+    for name, path in (("CERTIFICATE", options.certificate), ("CLIENT_KEY", options.client_key),
+                       ("CLIENT_CERTIFICATE", options.client_certificate)):
+        if path is not None and not os.path.isfile(path):  # TLS fails closed: no export without the file
+            raise ConfigError(f"OTEL_EXPORTER_OTLP_[TRACES_]{name}: {path!r} is not a readable file")
     return OTLPSpanExporter(
         endpoint=options.endpoint,
         certificate_file=options.certificate,
@@ -134,11 +140,9 @@ def resource(service_name: str, settings: TracingSettings) -> Resource:
 
 
 def sampler(name: str, arg: str) -> otel_sampling.Sampler:
-    """The standard ``OTEL_TRACES_SAMPLER`` names; the ratio (``_ARG``) defaults to 1.0."""
-    try:
-        ratio = min(max(float(arg), 0.0), 1.0) if arg else 1.0
-    except ValueError as error:
-        raise ConfigError(f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a number between 0 and 1") from error
+    """The standard ``OTEL_TRACES_SAMPLER`` names; the ratio (``_ARG``) defaults to 1.0. A ratio that is not a
+    number from 0 to 1 is a ``ConfigError`` (never clamped: a typo must not silently sample everything)."""
+    ratio = sampler_ratio(arg)
     samplers: dict[str, otel_sampling.Sampler] = {
         "always_on": otel_sampling.ALWAYS_ON,
         "always_off": otel_sampling.ALWAYS_OFF,
@@ -150,6 +154,19 @@ def sampler(name: str, arg: str) -> otel_sampling.Sampler:
     if name not in samplers:
         raise ConfigError(f"OTEL_TRACES_SAMPLER={name!r}: expected one of {', '.join(sorted(samplers))}")
     return samplers[name]
+
+
+def sampler_ratio(arg: str) -> float:
+    """``OTEL_TRACES_SAMPLER_ARG`` as a ratio in [0, 1]; empty → 1.0; anything else → ``ConfigError``."""
+    if not arg:
+        return 1.0
+    try:
+        ratio = float(arg)
+    except ValueError:
+        ratio = math.nan
+    if not 0.0 <= ratio <= 1.0:  # also rejects NaN
+        raise ConfigError(f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a number from 0 to 1")
+    return ratio
 
 
 class SpanScope:

@@ -1,4 +1,5 @@
-"""Spans of one proxied request: ``proxy.handle_request`` and its children ``proxy.cold_start``/``proxy.upstream``.
+"""Spans of one proxied request: ``proxy.handle_request`` and its children ``proxy.cold_start``/``proxy.upstream``;
+and ``proxy.list_models`` for ``GET /v1/models`` (``ProxyTracer.start_list_models``).
 
 Called by the proxy (``flexinfer.proxy``) through ``ProxyTracer``, which ``flexinfer.assembly`` builds as
 ``ProxyTracer(tracing)``; it matches the proxy's ``flexinfer.proxy.hooks.ProxyTracer`` port::
@@ -77,6 +78,8 @@ class _StatusScope(SpanScope):
 class RequestSpan(_StatusScope):
     """``proxy.handle_request``: the server span of one request (queueing, activation wait, upstream call)."""
 
+    name = "proxy.handle_request"
+
     def __init__(
         self, tracing: Tracing, method: str, route: str, path: str | None, headers: Mapping[str, str],
     ) -> None:
@@ -89,7 +92,7 @@ class RequestSpan(_StatusScope):
     def _start(self) -> Span:
         parent = self._tracing.extract(self._headers) or Context()
         return self._tracing.tracer(TRACER).start_span(
-            "proxy.handle_request", context=parent, kind=SpanKind.SERVER, attributes=self._attributes,
+            self.name, context=parent, kind=SpanKind.SERVER, attributes=self._attributes,
         )
 
     def _fail_with(self, error: str) -> None:
@@ -114,6 +117,12 @@ class RequestSpan(_StatusScope):
     def upstream(self, method: str, url: str, headers: MutableMapping[str, str]) -> UpstreamSpan:
         """Open child client span ``proxy.upstream`` and inject its context into ``headers``."""
         return UpstreamSpan(self._tracing, self.span, method, url, headers).start()
+
+
+class ListModelsSpan(RequestSpan):
+    """``proxy.list_models``: the server span of one ``/v1/models`` request (``flexinfer.models`` = entries)."""
+
+    name = "proxy.list_models"
 
 
 class ColdStartSpan(_StatusScope):
@@ -230,6 +239,10 @@ class ProxyTracer:
         with ``set_attribute``.
         """
         return RequestSpan(self._tracing, method, route, None, headers).start()
+
+    def start_list_models(self, method: str, headers: Mapping[str, str]) -> ListModelsSpan:
+        """Open ``proxy.list_models`` (``http.route`` ``/v1/models``); the caller ends it with the status code."""
+        return ListModelsSpan(self._tracing, method, "/v1/models", "/v1/models", headers).start()
 
 
 def proxy_tracer(tracing: Tracing) -> ProxyTracer | None:

@@ -100,13 +100,13 @@ class Admission:
 
     @asynccontextmanager
     async def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
-                    slots: ConcurrencyLimiter) -> AsyncIterator[Grant]:
+                    slots: ConcurrencyLimiter, parallel: int | None = None) -> AsyncIterator[Grant]:
         """Hold one of ``slots``' places for ``model`` for the whole block and yield the activator's grant
         (the caller releases it); with a ``reply`` (streaming request) send loading comments while a model
         activates. A wait at either gate is one wait in the queue metrics."""
         wait = _Wait(model, self._metrics, trace)
         try:
-            async with slots.slot(model, self._timeout, wait.queued):
+            async with slots.slot(model, self._timeout, parallel, wait.queued):
                 grant = await self._acquire(model, wait, reply)
                 wait.finish(None)
                 yield grant
@@ -126,10 +126,12 @@ class Admission:
             if not task.done():
                 await self._comment_until_done(model, wait, reply, task)
             return await task
-        finally:
-            if not task.done():
-                task.cancel()
-                task.add_done_callback(_release_late_grant)
+        except BaseException:
+            # Abandoned (client gone, error event failed, shutdown): the grant may already have arrived
+            # in the same loop iteration, so release it whether the acquire is still running or not.
+            task.cancel()
+            task.add_done_callback(_release_late_grant)
+            raise
 
     async def _comment_until_done(self, model: ModelKey, wait: _Wait, reply: Reply,
                                   task: asyncio.Future[Grant]) -> None:

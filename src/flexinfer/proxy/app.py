@@ -67,13 +67,25 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
     drain, forwarder = DrainState(), Forwarder(config.upstream_connect_timeout)
     app[DRAIN], app[METRICS] = drain, metrics or NullMetrics()
+    tracing = tracer or NullTracer()
     proxied = ProxyHandler(config, activator=activator, catalog=catalog, forwarder=forwarder,
-                           metrics=app[METRICS], tracer=tracer or NullTracer(), drain=drain)
+                           metrics=app[METRICS], tracer=tracing, drain=drain)
 
     async def list_models(request: web.Request) -> web.Response:
-        allow_only(request, "GET")
-        proxied.auth.check(request.headers.get("Authorization"))
-        return web.json_response(model_list(catalog.models()))
+        span, status = tracing.start_list_models(request.method, request.headers), 500
+        try:
+            allow_only(request, "GET")
+            proxied.auth.check(request.headers.get("Authorization"))
+            listed = model_list(catalog.models())
+            data = listed["data"]
+            span.set_attribute("flexinfer.models", len(data) if isinstance(data, list) else 0)
+            status = 200
+            return web.json_response(listed)
+        except RequestError as error:
+            status = error.status
+            raise
+        finally:
+            span.end(status)
 
     async def retrieve_model(request: web.Request) -> web.Response:
         allow_only(request, "GET")

@@ -1,9 +1,11 @@
 """Proxy settings: the ``PROXY_*`` environment variables, their defaults, and validation.
 
-``proxy_config(env)`` parses a snapshot from ``flexinfer.settings.environment()`` (tests pass plain dicts);
-``ProxyConfig.validate()`` applies the Go system's ``Config.Validate`` rules and raises ``ConfigError``
-naming the variable. ``ENV_VARS`` is the documentation table (name, default, description). Called by
-``flexinfer.assembly`` (run_proxy / run_local) and by the proxy tests.
+``proxy_config(env)`` parses a snapshot from ``flexinfer.settings.environment()`` (tests pass plain dicts)
+through ``flexinfer.core.envvalues.EnvReader``: every unparsable value is a ``ConfigError`` naming the
+variable (``PROXY_AUTH_ENABLED`` guards access and fails closed). ``ProxyConfig.validate()`` applies the Go
+system's ``Config.Validate`` rules and raises ``ConfigError`` naming the variable. ``ENV_VARS`` is the
+documentation table (name, default, description, kind, policy). Called by ``flexinfer.assembly`` (run_proxy /
+run_local) and by the proxy tests.
 """
 
 from __future__ import annotations
@@ -11,33 +13,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flexinfer.api.units import parse_duration, quantity_bytes
-from flexinfer.core.envvalues import EnvVar, bool_word
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy
 from flexinfer.core.errors import ConfigError
 
 ENV_VARS: tuple[EnvVar, ...] = (
-    EnvVar("PROXY_MAX_QUEUE_SIZE", "100", "Requests that may wait for one model's activation; more → 503 queue_full."),
+    EnvVar("PROXY_MAX_QUEUE_SIZE", "100", "Requests that may wait for one model's activation; more → 503 "
+           "queue_full.", Kind.INT),
     EnvVar("PROXY_QUEUE_TIMEOUT", "60s", "Longest wait for a model to become Ready (with the cold-start timeout, "
-           "the larger wins); then 504 timeout."),
-    EnvVar("PROXY_COLD_START_TIMEOUT", "60s", "Default per-model cold-start budget."),
-    EnvVar("PROXY_AUTH_ENABLED", "false", "Require `Authorization: Bearer <PROXY_AUTH_TOKEN>` on API routes."),
+           "the larger wins); then 504 timeout.", Kind.DURATION),
+    EnvVar("PROXY_COLD_START_TIMEOUT", "60s", "Default per-model cold-start budget.", Kind.DURATION),
+    EnvVar("PROXY_AUTH_ENABLED", "false", "Require `Authorization: Bearer <PROXY_AUTH_TOKEN>` on API routes.",
+           Kind.BOOL, Policy.GUARD),
     EnvVar("PROXY_AUTH_TOKEN", "", "The bearer token (required when auth is enabled; never logged)."),
-    EnvVar("PROXY_RATE_LIMIT_ENABLED", "false", "Token-bucket rate limits per model and globally (429)."),
-    EnvVar("PROXY_RATE_LIMIT_PER_MODEL", "100", "Per-model refill rate, requests per second."),
-    EnvVar("PROXY_RATE_LIMIT_BURST", "50", "Per-model bucket size."),
-    EnvVar("PROXY_RATE_LIMIT_GLOBAL", "1000", "Global refill rate, requests per second."),
-    EnvVar("PROXY_RATE_LIMIT_GLOBAL_BURST", "200", "Global bucket size."),
-    EnvVar("PROXY_GRACEFUL_SHUTDOWN_TIMEOUT", "10m", "How long shutdown waits for in-flight requests."),
-    EnvVar("PROXY_SHUTDOWN_DRAIN_DELAY", "5s", "Time between /readyz turning 503 and closing the listener."),
-    EnvVar("PROXY_MAX_BODY_BYTES", "32Mi", "Largest accepted request body (bytes or a quantity); larger → 413."),
-    EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once (0 = unlimited); "
-           "excess requests wait within the queue timeout."),
+    EnvVar("PROXY_RATE_LIMIT_ENABLED", "false", "Token-bucket rate limits per model and globally (429).", Kind.BOOL),
+    EnvVar("PROXY_RATE_LIMIT_PER_MODEL", "100", "Per-model refill rate, requests per second.", Kind.NUMBER),
+    EnvVar("PROXY_RATE_LIMIT_BURST", "50", "Per-model bucket size.", Kind.INT),
+    EnvVar("PROXY_RATE_LIMIT_GLOBAL", "1000", "Global refill rate, requests per second.", Kind.NUMBER),
+    EnvVar("PROXY_RATE_LIMIT_GLOBAL_BURST", "200", "Global bucket size.", Kind.INT),
+    EnvVar("PROXY_GRACEFUL_SHUTDOWN_TIMEOUT", "10m", "How long shutdown waits for in-flight requests.",
+           Kind.DURATION),
+    EnvVar("PROXY_SHUTDOWN_DRAIN_DELAY", "5s", "Time between /readyz turning 503 and closing the listener.",
+           Kind.DURATION),
+    EnvVar("PROXY_MAX_BODY_BYTES", "32Mi", "Largest accepted request body (bytes or a quantity); larger → 413.",
+           Kind.QUANTITY),
+    EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once, on top of the "
+           "model's own parallel capacity (`spec.config.parallel`; 1 for llama.cpp unless set) which always "
+           "applies (0 = no extra cap); excess requests wait within the queue timeout.", Kind.INT),
     EnvVar("PROXY_LOADING_COMMENT_INTERVAL", "1.5s", "Interval of `: loading <model>` SSE comments while a "
-           "streaming request waits for a cold start or swap."),
-    EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server."),
+           "streaming request waits for a cold start or swap.", Kind.DURATION),
+    EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server.", Kind.DURATION),
 )
-
-_DEFAULTS = {var.name: var.default for var in ENV_VARS}
 
 
 @dataclass(frozen=True)
@@ -99,65 +104,23 @@ class ProxyConfig:
 
 
 def proxy_config(env: Mapping[str, str]) -> ProxyConfig:
-    """Parse the ``PROXY_*`` variables (missing → default); malformed values raise ``ConfigError``."""
-    reader = _Reader(env)
+    """Parse the ``PROXY_*`` variables (missing → default); unparsable values raise ``ConfigError``."""
+    read, default = EnvReader(env), ProxyConfig()
     return ProxyConfig(
-        max_queue_size=reader.integer("PROXY_MAX_QUEUE_SIZE"),
-        queue_timeout=reader.duration("PROXY_QUEUE_TIMEOUT"),
-        cold_start_timeout=reader.duration("PROXY_COLD_START_TIMEOUT"),
-        auth_enabled=reader.flag("PROXY_AUTH_ENABLED"),
-        auth_token=env.get("PROXY_AUTH_TOKEN", "").strip(),
-        rate_limit_enabled=reader.flag("PROXY_RATE_LIMIT_ENABLED"),
-        rate_limit_per_model=reader.number("PROXY_RATE_LIMIT_PER_MODEL"),
-        rate_limit_burst=reader.integer("PROXY_RATE_LIMIT_BURST"),
-        rate_limit_global=reader.number("PROXY_RATE_LIMIT_GLOBAL"),
-        rate_limit_global_burst=reader.integer("PROXY_RATE_LIMIT_GLOBAL_BURST"),
-        graceful_shutdown_timeout=reader.duration("PROXY_GRACEFUL_SHUTDOWN_TIMEOUT"),
-        shutdown_drain_delay=reader.duration("PROXY_SHUTDOWN_DRAIN_DELAY"),
-        max_body_bytes=reader.size("PROXY_MAX_BODY_BYTES"),
-        max_concurrency_per_model=reader.integer("PROXY_MAX_CONCURRENCY_PER_MODEL"),
-        loading_comment_interval=reader.duration("PROXY_LOADING_COMMENT_INTERVAL"),
-        upstream_connect_timeout=reader.duration("PROXY_UPSTREAM_CONNECT_TIMEOUT"),
+        max_queue_size=read.integer("PROXY_MAX_QUEUE_SIZE", default.max_queue_size),
+        queue_timeout=read.duration("PROXY_QUEUE_TIMEOUT", default.queue_timeout),
+        cold_start_timeout=read.duration("PROXY_COLD_START_TIMEOUT", default.cold_start_timeout),
+        auth_enabled=read.flag("PROXY_AUTH_ENABLED", default.auth_enabled, Policy.GUARD),
+        auth_token=read.text("PROXY_AUTH_TOKEN"),
+        rate_limit_enabled=read.flag("PROXY_RATE_LIMIT_ENABLED", default.rate_limit_enabled),
+        rate_limit_per_model=read.number("PROXY_RATE_LIMIT_PER_MODEL", default.rate_limit_per_model),
+        rate_limit_burst=read.integer("PROXY_RATE_LIMIT_BURST", default.rate_limit_burst),
+        rate_limit_global=read.number("PROXY_RATE_LIMIT_GLOBAL", default.rate_limit_global),
+        rate_limit_global_burst=read.integer("PROXY_RATE_LIMIT_GLOBAL_BURST", default.rate_limit_global_burst),
+        graceful_shutdown_timeout=read.duration("PROXY_GRACEFUL_SHUTDOWN_TIMEOUT", default.graceful_shutdown_timeout),
+        shutdown_drain_delay=read.duration("PROXY_SHUTDOWN_DRAIN_DELAY", default.shutdown_drain_delay),
+        max_body_bytes=read.size("PROXY_MAX_BODY_BYTES", default.max_body_bytes),
+        max_concurrency_per_model=read.integer("PROXY_MAX_CONCURRENCY_PER_MODEL", default.max_concurrency_per_model),
+        loading_comment_interval=read.duration("PROXY_LOADING_COMMENT_INTERVAL", default.loading_comment_interval),
+        upstream_connect_timeout=read.duration("PROXY_UPSTREAM_CONNECT_TIMEOUT", default.upstream_connect_timeout),
     )
-
-
-class _Reader:
-    """Reads one variable at a time, falling back to the documented default."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self._env = env
-
-    def _text(self, name: str) -> str:
-        value = self._env.get(name, "").strip()
-        return value or _DEFAULTS[name]
-
-    def flag(self, name: str) -> bool:
-        return bool_word(self._env.get(name), bool_word(_DEFAULTS[name], False))
-
-    def integer(self, name: str) -> int:
-        text = self._text(name)
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not an integer") from None
-
-    def number(self, name: str) -> float:
-        text = self._text(name)
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a number") from None
-
-    def duration(self, name: str) -> float:
-        text = self._text(name)
-        try:
-            return parse_duration(text)
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a duration (use e.g. 90s, 5m, 1h30m)") from None
-
-    def size(self, name: str) -> int:
-        text = self._text(name)
-        try:
-            return int(quantity_bytes(text))
-        except ValueError:
-            raise ConfigError(f"{name}={text!r} is not a byte size (use e.g. 1048576 or 32Mi)") from None

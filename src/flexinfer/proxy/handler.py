@@ -124,8 +124,10 @@ class ProxyHandler:
             outcome.status, outcome.error, outcome.http_status = metric_status(error), error.code, error.status
             return await reply.fail(error)
         except asyncio.CancelledError:
-            outcome.status, outcome.error = "cancelled", "client disconnected"
-            raise
+            if not self._drain.aborted:
+                outcome.status, outcome.error = "cancelled", "client disconnected"
+                raise
+            return await self._aborted(reply, outcome)
         except ConnectionError:
             outcome.status, outcome.error = "cancelled", "client disconnected"
             return reply.response or web.Response(status=499)
@@ -133,6 +135,15 @@ class ProxyHandler:
             log.exception("unexpected error while proxying %s %s", request.method, request.path)
             outcome.error = "internal"
             return await reply.fail(InternalError())
+
+    async def _aborted(self, reply: Reply, outcome: _Outcome) -> web.StreamResponse:
+        """The proxy ended this request to shut down now: tell the client (503 or an SSE error event)."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        error = ShuttingDownError("The proxy is shutting down; this request was stopped before it finished")
+        outcome.status, outcome.error, outcome.http_status = metric_status(error), error.code, error.status
+        return await reply.fail(error)
 
     async def _serve(self, request: web.Request, reply: Reply, trace: RequestTrace, outcome: _Outcome) -> None:
         if not self._drain.accepting:
@@ -152,7 +163,7 @@ class ProxyHandler:
         self._rate_limit(key)
         outcome.stream = routed.streaming
         async with self._admission.admit(key, trace, reply if routed.streaming else None,
-                                         self._concurrency) as grant:
+                                         self._concurrency, view.parallel) as grant:
             self._metrics.connection_opened(key)
             outcome.waited, forwarded = grant.waited_seconds, time.perf_counter()
             try:

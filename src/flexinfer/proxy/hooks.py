@@ -74,6 +74,9 @@ class ProxyTracer(Protocol):
 
     def start_request(self, method: str, route: str, headers: Mapping[str, str]) -> RequestTrace: ...
 
+    def start_list_models(self, method: str, headers: Mapping[str, str]) -> Span:
+        """Open the ``proxy.list_models`` span of one ``/v1/models`` request."""
+
 
 class NullMetrics:
     """Records nothing."""
@@ -125,4 +128,7 @@ class NullTracer:
     _span = NullSpan()
 
     def start_request(self, method: str, route: str, headers: Mapping[str, str]) -> RequestTrace:
+        return self._span
+
+    def start_list_models(self, method: str, headers: Mapping[str, str]) -> Span:
         return self._span

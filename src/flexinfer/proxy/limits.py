@@ -2,7 +2,10 @@
 
 ``RateLimiter.check(model)`` takes one token from the model's bucket and the global bucket or raises
 ``RateLimitedError`` with a ``Retry-After`` equal to the time until a token is back. ``ConcurrencyLimiter``
-bounds the requests forwarded to one model at once; excess requests wait (bounded) for a slot.
+bounds the requests forwarded to one model at once — to what its server runs in parallel (the catalog's
+``ModelView.parallel``: 1 for llama.cpp unless ``spec.config.parallel`` says more), and to
+``PROXY_MAX_CONCURRENCY_PER_MODEL`` when that is set — and queues the rest (bounded) for a slot, so no
+request reaches a server that would interrupt or truncate another one.
 Called by ``handler.py``; the clock is injectable for tests.
 """
 
@@ -78,21 +81,35 @@ def _limited(model: str, scope: str, wait: float) -> RateLimitExceededError:
     return RateLimitExceededError(f"Rate limit exceeded for {target}, retry later", scope, max(wait, 1.0))
 
 
+def effective_limit(proxy_limit: int, parallel: int | None) -> int:
+    """The smaller of the proxy-wide cap and the model's parallel capacity, ignoring unset ones (0 or
+    ``None``); 0 = unlimited."""
+    limits = [n for n in (proxy_limit, parallel or 0) if n > 0]
+    return min(limits) if limits else 0
+
+
 class ConcurrencyLimiter:
-    """At most ``limit`` requests per model at once (0 = unlimited)."""
+    """At most ``limit`` requests per model at once (0 = unlimited), and at most the model's own
+    ``parallel`` capacity."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
 
     @asynccontextmanager
-    async def slot(self, model: str, timeout: float, on_wait: Callable[[], None] | None = None) -> AsyncIterator[None]:
-        """Hold one of the model's slots; ``on_wait()`` when none is free at once (the request queues);
-        waiting longer than ``timeout`` → 504 timeout."""
-        if self._limit <= 0:
+    async def slot(self, model: str, timeout: float, parallel: int | None = None,
+                   on_wait: Callable[[], None] | None = None) -> AsyncIterator[None]:
+        """Hold one of the model's slots (its own parallel capacity or the configured cap, see
+        ``effective_limit``); ``on_wait()`` when none is free at once (the request queues); waiting longer than
+        ``timeout`` → 504 timeout."""
+        limit = effective_limit(self._limit, parallel)
+        if limit <= 0:
             yield
             return
-        semaphore = self._slots.setdefault(model, asyncio.Semaphore(self._limit))
+        held = self._slots.get(model)
+        if held is None or held[0] != limit:  # first use, or the model's capacity changed
+            held = self._slots[model] = (limit, asyncio.Semaphore(limit))
+        semaphore = held[1]
         if on_wait is not None and semaphore.locked():
             on_wait()
         try:
@@ -100,7 +117,7 @@ class ConcurrencyLimiter:
                 await semaphore.acquire()
         except TimeoutError:
             raise ColdStartTimeoutError(
-                f"Timeout waiting for a free slot on model '{model}' (limit {self._limit} concurrent requests)"
+                f"Timeout waiting for a free slot on model '{model}' (limit {limit} concurrent requests)"
             ) from None
         try:
             yield

@@ -86,6 +86,8 @@ class ModelView:
     parked: bool = False
     created: float = 0.0
     metadata: dict[str, object] = field(default_factory=dict)
+    parallel: int | None = None
+    """Requests its server runs at once (the proxy lets no more through); ``None``: no such limit."""
 
     @property
     def key(self) -> ModelKey:

@@ -11,7 +11,7 @@ from flexinfer.assembly.reference import GROUPS, helm_values
 from flexinfer.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
-ENV_READ = re.compile(r"""env(?:iron)?(?:\.get)?[(\[]\s*["']([A-Z][A-Z0-9_]{2,})["']""")
+ENV_READ = re.compile(r"""(?:env(?:iron)?(?:\.get)?[(\[]|read\.[a-z]+\()\s*["']([A-Z][A-Z0-9_]{2,})["']""")
 ENV_CONSTANT = re.compile(r"""^[A-Z_]*(?:ENV|ENABLED|NAMESPACE|INCOMING)[A-Z_]* = ["']([A-Z][A-Z0-9_]{2,})["']""", re.M)
 
 

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from flexinfer.cli.output import print_table
-from flexinfer.cli.status import status_table
+from flexinfer.cli.status import config_summary, status_table
 
 
 def row(namespace: str, name: str, **fields: Any) -> dict[str, Any]:
@@ -47,3 +47,14 @@ def test_piped_output_keeps_long_names_whole(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert name.rstrip("-") in out and "…" not in out
     assert all(line == line.rstrip() for line in out.splitlines())
+
+
+def test_a_rejected_reload_is_shown_under_the_table_with_its_errors() -> None:
+    console = Console(width=200, record=True)
+    config = {"models": 2, "loaded_at": "2026-01-01T10:00:00+00:00", "last_reload": "2026-01-01T10:05:00+00:00",
+              "trigger": "watch", "result": "rejected", "errors": ["m.yaml:4: spec.backend: [bad] value"]}
+    console.print(config_summary(config), highlight=False)
+    text = console.export_text()
+    assert "2 model(s) loaded at 2026-01-01T10:00:00+00:00" in text
+    assert "last reload 2026-01-01T10:05:00+00:00 (watch): rejected" in text
+    assert "error: m.yaml:4: spec.backend: [bad] value" in text, "markup in an error is shown as written"

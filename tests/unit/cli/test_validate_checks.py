@@ -54,7 +54,7 @@ def test_valid_manifests_are_ok(tmp_path: Path) -> None:
     ({"config": {"command": COMMAND, "startupTimeout": "soon"}}, "startupTimeout:",
      "spec.config.startupTimeout: invalid duration 'soon'"),
     ({"cache": {"flashLoader": {"enabled": True, "tmpfsSizeLimit": "-1Gi"}}}, "tmpfsSizeLimit:",
-     "spec.cache.flashLoader.tmpfsSizeLimit: must not be negative, got '-1Gi'"),
+     "spec.cache.flashLoader.tmpfsSizeLimit: invalid quantity '-1Gi'"),
 ], ids=["command-string", "startup-timeout", "negative-tmpfs"])
 def test_manifest_problems_fail_validate_and_render_with_file_and_line(tmp_path: Path, spec: dict[str, Any],
                                                                       needle: str, expected: str) -> None:

@@ -1,6 +1,9 @@
-"""Controller env defaults: ``DEFAULT_SHM_SIZE_LIMIT`` and ``DEFAULT_FLASH_LOADER_*`` parsing rules."""
+"""Controller env defaults: ``DEFAULT_SHM_SIZE_LIMIT`` and ``DEFAULT_FLASH_LOADER_*`` parsing rules. Unparsable
+values keep the Go fallback but are reported to the ``warn`` sink by name; without a sink they are errors."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -11,6 +14,7 @@ from flexinfer.core.controller_defaults import (
     controller_defaults,
     flash_loader_defaults,
 )
+from flexinfer.core.errors import ConfigError
 
 
 def test_empty_environment_gives_documented_defaults() -> None:
@@ -27,34 +31,77 @@ def test_default_flash_loader_image_is_the_flexinfer_image() -> None:
     assert f"ghcr.io/flexinfer/flexinfer:{flexinfer.__version__}" == FLEXINFER_IMAGE
 
 
+def flash(name: str, text: str) -> tuple[Any, list[str]]:
+    """The flash-loader defaults for one variable, with the warnings it produced."""
+    warnings: list[str] = []
+    return flash_loader_defaults({name: text}, warn=warnings.append), warnings
+
+
 @pytest.mark.parametrize(("word", "expected"), [
     ("1", True), ("true", True), ("YES", True), (" on ", True),
-    ("0", False), ("false", False), ("No", False), ("off", False),
-    ("maybe", False), ("", False),
+    ("0", False), ("false", False), ("No", False), ("off", False), ("", False),
 ])
 def test_enabled_bool_words(word: str, expected: bool) -> None:
     assert flash_loader_defaults({"DEFAULT_FLASH_LOADER_ENABLED": word}).enabled is expected
     assert flash_loader_defaults({"DEFAULT_FLASH_LOADER_VERIFY": word}).verify_integrity is expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [("8", 8), (" 16 ", 16), ("0", 4), ("-3", 4), ("four", 4), ("", 4)])
-def test_concurrency_invalid_or_non_positive_uses_default(text: str, expected: int) -> None:
-    assert flash_loader_defaults({"DEFAULT_FLASH_LOADER_CONCURRENCY": text}).concurrency == expected
+@pytest.mark.parametrize("name", ["DEFAULT_FLASH_LOADER_ENABLED", "DEFAULT_FLASH_LOADER_VERIFY"])
+def test_unparsable_bool_keeps_default_and_warns(name: str) -> None:
+    defaults, warnings = flash(name, "maybe")
+    assert (defaults.enabled, defaults.verify_integrity) == (False, False)
+    assert warnings == [f"{name}='maybe' is not a boolean (use 1/true/yes/on or 0/false/no/off); "
+                        "using the default False"]
 
 
-@pytest.mark.parametrize(("text", "expected"), [("1024", 1024), ("0", 4096), ("big", 4096)])
-def test_buffer_kb(text: str, expected: int) -> None:
-    assert flash_loader_defaults({"DEFAULT_FLASH_LOADER_BUFFER_KB": text}).buffer_size_kb == expected
+@pytest.mark.parametrize(("text", "expected"), [("8", 8), (" 16 ", 16), ("", 4)])
+def test_concurrency(text: str, expected: int) -> None:
+    defaults, warnings = flash("DEFAULT_FLASH_LOADER_CONCURRENCY", text)
+    assert (defaults.concurrency, warnings) == (expected, [])
 
 
-@pytest.mark.parametrize(("text", "expected"), [("16Gi", "16Gi"), ("", None), ("lots", None), ("2G", "2G")])
-def test_tmpfs_size_limit_unparsable_is_unset(text: str, expected: str | None) -> None:
-    assert flash_loader_defaults({"DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT": text}).tmpfs_size_limit == expected
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "16 gigs"])
+def test_concurrency_invalid_or_non_positive_uses_default_with_a_warning(text: str) -> None:
+    defaults, warnings = flash("DEFAULT_FLASH_LOADER_CONCURRENCY", text)
+    assert defaults.concurrency == 4
+    assert len(warnings) == 1 and warnings[0].startswith(f"DEFAULT_FLASH_LOADER_CONCURRENCY={text!r} is ")
+    assert warnings[0].endswith("using the default 4")
 
 
-@pytest.mark.parametrize(("text", "expected"), [("16Gi", "16Gi"), ("", "8Gi"), ("huge", "8Gi")])
-def test_shm_size_limit(text: str, expected: str) -> None:
-    assert controller_defaults({"DEFAULT_SHM_SIZE_LIMIT": text}).shm_size_limit == expected
+@pytest.mark.parametrize(("text", "expected", "warned"), [("1024", 1024, False), ("0", 4096, True),
+                                                          ("big", 4096, True)])
+def test_buffer_kb(text: str, expected: int, warned: bool) -> None:
+    defaults, warnings = flash("DEFAULT_FLASH_LOADER_BUFFER_KB", text)
+    assert (defaults.buffer_size_kb, bool(warnings)) == (expected, warned)
+
+
+@pytest.mark.parametrize(("text", "expected", "warned"), [
+    ("16Gi", "16Gi", False), ("", None, False), ("lots", None, True), ("2G", "2G", False), ("16 gigs", None, True),
+    ("-1Gi", None, True),
+])
+def test_tmpfs_size_limit_unparsable_is_unset_with_a_warning(text: str, expected: str | None, warned: bool) -> None:
+    defaults, warnings = flash("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", text)
+    assert (defaults.tmpfs_size_limit, bool(warnings)) == (expected, warned)
+    if warned:
+        assert warnings[0].endswith("using the default (unset)")
+
+
+@pytest.mark.parametrize(("text", "expected", "warned"), [("16Gi", "16Gi", False), ("", "8Gi", False),
+                                                          ("huge", "8Gi", True), ("8Gigs", "8Gi", True)])
+def test_shm_size_limit(text: str, expected: str, warned: bool) -> None:
+    warnings: list[str] = []
+    assert controller_defaults({"DEFAULT_SHM_SIZE_LIMIT": text}, warn=warnings.append).shm_size_limit == expected
+    assert bool(warnings) is warned
+    if warned:
+        assert warnings == [f"DEFAULT_SHM_SIZE_LIMIT={text!r} is not a Kubernetes quantity (use e.g. 8Gi, 512Mi, 2G); "
+                            "using the default '8Gi'"]
+
+
+@pytest.mark.parametrize(("name", "text"), [("DEFAULT_SHM_SIZE_LIMIT", "8Gigs"),
+                                             ("DEFAULT_FLASH_LOADER_CONCURRENCY", "-5")])
+def test_without_a_warning_sink_unparsable_values_are_errors(name: str, text: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        controller_defaults({name: text})
 
 
 def test_image_precedence_default_env_over_package_env_over_builtin() -> None:

@@ -110,7 +110,10 @@ def build_cache(raw: dict[str, Any]) -> ModelCache:
 def test_precedence(case: Case) -> None:
     model = make_model(name="m", source=case.model.get("source", "HF://org/model"),
                        **{k: v for k, v in case.model.items() if k != "source"})
-    config = resolve_flash_loader(controller_defaults(case.env), model, [build_cache(c) for c in case.caches])
+    warnings: list[str] = []
+    defaults = controller_defaults(case.env, warn=warnings.append)
+    config = resolve_flash_loader(defaults, model, [build_cache(c) for c in case.caches])
+    assert bool(warnings) is ("unparsable" in case.name)
     actual = {key: getattr(config, key) for key in case.expected}
     assert actual == case.expected
 

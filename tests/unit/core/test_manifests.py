@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from flexinfer.core.controller_defaults import controller_defaults
+from flexinfer.core.errors import ConfigError
 from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job, selector_labels
 from support.resource_builders import make_cache, make_model
 
@@ -163,7 +164,27 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
     assert "strategy" not in deployment["spec"] and "tolerations" not in spec and "runtimeClassName" not in spec
     assert container(deployment)["resources"] == {"limits": {"cpu": "2"}}
     assert container(deployment)["image"] == "ghcr.io/ggml-org/llama.cpp:server"
-    assert container(deployment)["args"] == ["--model", "/m/tiny.gguf", "--host", "0.0.0.0", "--port", "8080"]
+    assert container(deployment)["args"] == ["--model", "/m/tiny.gguf", "--host", "0.0.0.0", "--port", "8080",
+                                             "--parallel", "1"]
+
+
+@pytest.mark.parametrize(("backend", "config", "expected"), [
+    ("llamacpp", {}, ["--parallel", "1"]),  # one slot: the proxy lets one request through at a time
+    ("llamacpp", {"parallel": 4}, ["--parallel", "4"]),
+    ("llamacpp", {"args": ["-np", "3"]}, ["--parallel", "3"]),  # args are not rendered: the value is kept
+    ("vllm", {}, []),  # vLLM schedules any number itself
+    ("vllm", {"parallel": 16}, ["--max-num-seqs", "16"]),
+])
+def test_server_is_told_its_parallel_capacity(backend: str, config: dict[str, Any], expected: list[str]) -> None:
+    """The same capacity the proxy enforces (``ModelView.parallel``) reaches the server's command line."""
+    args = container(render(backend=backend, source="file:///m/x.gguf", config=config)[0])["args"]
+    assert args[6:] == expected
+
+
+@pytest.mark.parametrize("config", [{"parallel": 0}, {"parallel": "two"}, {"parallel": 2, "args": ["--parallel", "3"]}])
+def test_invalid_parallel_capacity_names_the_field(config: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"spec\.config\.(parallel|args)"):
+        render(backend="llamacpp", source="file:///m/x.gguf", config=config)
 
 
 def test_image_precedence() -> None:

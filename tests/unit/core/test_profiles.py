@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from flexinfer.core.errors import ConfigError
-from flexinfer.core.profiles import BACKENDS, backend_defaults, compile_cache_host_dir, runtime_profile
+from flexinfer.core.profiles import (
+    BACKENDS,
+    backend_defaults,
+    compile_cache_host_dir,
+    declared_parallel,
+    parallel_requests,
+    runtime_profile,
+)
 from support.resource_builders import make_model
 
 
@@ -67,3 +74,25 @@ def test_every_backend_has_an_image_per_profile_flavour() -> None:
     for backend in BACKENDS.values():
         assert set(backend.images) == {"rocm", "cuda", "cpu"}, backend.name
         assert backend.readiness_path.startswith("/") and backend.startup_path.startswith("/")
+
+
+@pytest.mark.parametrize(("backend", "config", "parallel"), [
+    ("llamacpp", {}, 1),  # one slot unless configured
+    ("llamacpp", {"parallel": 4}, 4),
+    ("llamacpp", {"args": ["--parallel=3"]}, 3),
+    ("llamacpp", {"command": ["my-server"]}, None),  # a custom server: capacity unknown, no cap
+    ("llamacpp", {"command": ["my-server"], "parallel": 2}, 2),
+    ("vllm", {}, None),
+    ("vllm", {"args": ["--max-num-seqs", "64"]}, 64),
+    ("ollama", {}, None),
+])
+def test_parallel_requests(backend: str, config: dict[str, Any], parallel: int | None) -> None:
+    model = make_model(backend=backend, config=config)
+    assert parallel_requests(model) == parallel == declared_parallel(model)
+
+
+def test_invalid_parallel_falls_back_to_the_backend_default_for_the_proxy() -> None:
+    model = make_model(backend="llamacpp", config={"parallel": True})
+    with pytest.raises(ConfigError, match=r"spec\.config\.parallel"):
+        parallel_requests(model)
+    assert declared_parallel(model) == 1

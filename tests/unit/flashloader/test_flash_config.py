@@ -35,10 +35,25 @@ def test_values_parsed() -> None:
     assert settings.exclude == ("originals/", "*.pt", ".cache/", ".git/")
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "many", ""])
-def test_bad_numbers_fall_back_to_defaults(value: str) -> None:
-    settings = from_env({**BASE, "FLASH_CONCURRENCY": value, "FLASH_BUFFER_KB": value}).settings
+@pytest.mark.parametrize("value", ["0", "-3", "many", "16 gigs"])
+def test_bad_numbers_fall_back_to_defaults_with_a_warning_naming_them(value: str) -> None:
+    warnings: list[str] = []
+    settings = from_env({**BASE, "FLASH_CONCURRENCY": value, "FLASH_BUFFER_KB": value}, warnings.append).settings
     assert (settings.concurrency, settings.buffer_kb) == (4, 4096)
+    assert [w.split("=")[0] for w in warnings] == ["FLASH_CONCURRENCY", "FLASH_BUFFER_KB"]
+    assert f"={value!r}" in warnings[0] and "using the default 4" in warnings[0]
+
+
+def test_empty_numbers_are_defaults_without_warning() -> None:
+    warnings: list[str] = []
+    settings = from_env({**BASE, "FLASH_CONCURRENCY": " ", "FLASH_VERIFY": ""}, warnings.append).settings
+    assert (settings.concurrency, settings.verify, warnings) == (4, False, [])
+
+
+def test_unparsable_verify_warns() -> None:
+    warnings: list[str] = []
+    assert from_env({**BASE, "FLASH_VERIFY": "maybe"}, warnings.append).settings.verify is False
+    assert warnings and warnings[0].startswith("FLASH_VERIFY='maybe'")
 
 
 def test_unknown_variant_is_a_config_error() -> None:

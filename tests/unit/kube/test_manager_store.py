@@ -59,6 +59,28 @@ def test_a_modelcache_reconciles_the_models_it_matches() -> None:
     assert [c.name for c in store.caches("ns")] == ["c"]
 
 
+def test_a_stored_modelcache_with_an_unparsable_quantity_keeps_its_other_fields() -> None:
+    store = Store()
+    store.put("Model", body("coder", 1, source="HF://org/coder"))
+    cache = {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelCache", "metadata": {"name": "c", "namespace": "ns"},
+             "spec": {"source": "HF://org/coder",
+                      "flashLoader": {"enabled": True, "concurrency": 7, "tmpfsSizeLimit": "16 gigs"}}}
+    assert store.put("ModelCache", cache) == [Unit("ns", "coder")]
+    (typed,) = store.caches("ns")
+    assert typed.spec.flash_loader is not None
+    assert (typed.spec.flash_loader.enabled, typed.spec.flash_loader.concurrency) == (True, 7)
+    ((_, _, ignored),) = store.cache_problems("ns")
+    assert [p.path for p in ignored] == ["spec.flashLoader.tmpfsSizeLimit"]
+
+
+def test_a_stored_model_with_an_unparsable_quantity_is_kept_with_the_field_ignored() -> None:
+    store = Store()
+    store.put("Model", body("m", 1, cache={"strategy": "Local", "flashLoader": {"tmpfsSizeLimit": "16 gigs"}}))
+    parsed = store.model("ns", "m")
+    assert parsed is not None and parsed.model is not None and parsed.error is None
+    assert [p.path for p in parsed.ignored] == ["spec.cache.flashLoader.tmpfsSizeLimit"]
+
+
 def test_gpu_leases_reconcile_their_group() -> None:
     lease = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "GPULease",
              "metadata": {"name": "l", "namespace": "ns"}, "spec": {"group": "g"}}

@@ -32,7 +32,7 @@ def test_llamacpp_prefers_llama_server_binary() -> None:
     plan = plan_launch(model, "/m.gguf", 9001, "127.0.0.1",
                        Pretend(binaries=frozenset({"llama-server"}), modules=frozenset({"llama_cpp"})))
     assert plan.argv == ("llama-server", "--model", "/m.gguf", "--host", "127.0.0.1", "--port", "9001",
-                         "--alias", "a")
+                         "--alias", "a", "--parallel", "1")
     assert plan.health_path == "/health"
     assert plan.origin == "llamacpp via llama-server"
 
@@ -41,10 +41,27 @@ def test_llamacpp_falls_back_to_python_module_with_extra_args() -> None:
     model = make_model("a", "file:///m.gguf", {"args": ["--n_ctx", 512], "servedModelName": "tiny"})
     plan = plan_launch(model, "/m.gguf", 9001, "127.0.0.1", Pretend(modules=frozenset({"llama_cpp"})))
     assert plan.argv == ("/py/bin/python", "-m", "llama_cpp.server", "--model", "/m.gguf", "--host", "127.0.0.1",
-                         "--port", "9001", "--model_alias", "tiny", "--n_ctx", "512")
+                         "--port", "9001", "--model_alias", "tiny", "--interrupt_requests", "False",
+                         "--n_ctx", "512")
     assert plan.health_path == "/v1/models"
-    assert dict(plan.env) == {"HOST": "127.0.0.1", "PORT": "9001", "MODEL": "/m.gguf"}
+    assert dict(plan.env) == {"HOST": "127.0.0.1", "PORT": "9001", "MODEL": "/m.gguf", "INTERRUPT_REQUESTS": "false"}
     assert plan.origin == "llamacpp via python -m llama_cpp.server"
+
+
+@pytest.mark.parametrize(("config", "tail"), [
+    ({"parallel": 4}, ("--parallel", "4")),
+    ({"args": ["--parallel", "2"]}, ("--parallel", "2")),  # the user's own flag is not doubled
+])
+def test_llama_server_is_told_its_slots(config: dict, tail: tuple[str, ...]) -> None:
+    model = make_model("a", "file:///m.gguf", config)
+    plan = plan_launch(model, "/m.gguf", 1, "h", Pretend(binaries=frozenset({"llama-server"})))
+    assert plan.argv[-2:] == tail and plan.argv.count("--parallel") == 1
+
+
+def test_invalid_parallel_is_an_engine_error_naming_the_field() -> None:
+    with pytest.raises(EngineError, match=r"spec\.config\.parallel must be a positive integer"):
+        plan_launch(make_model("a", "file:///m.gguf", {"parallel": -1}), "/m", 1, "h",
+                    Pretend(binaries=frozenset({"llama-server"})))
 
 
 def test_llama_cpp_alias_resolves_to_the_same_profile() -> None:

@@ -17,6 +17,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.engine.shm_root == Path("/dev/shm/flexinfer") and config.engine.base_dir == tmp_path
     assert config.policy.min_hold == 15 and config.policy.max_wait == 30 and config.policy.drain_timeout == 30
     assert config.policy.cold_start_timeout == 42 and config.policy.queue_limit == 7
+    assert config.policy.restart_changed, "serve restarts a model whose manifest changed"
 
 
 def test_overrides(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
-"""Tracing settings: the bool words, the standard OTEL_* variables, and parsing that never fails."""
+"""Tracing settings: the bool words, the standard OTEL_* variables, warnings for unparsable values, and the
+trust setting that fails closed."""
 
 from __future__ import annotations
 
 import pytest
 
+from flexinfer.core.envvalues import EnvReader
+from flexinfer.core.errors import ConfigError
 from flexinfer.observability.tracing import ExporterSettings, TracingSettings, tracing_settings
 from flexinfer.observability.tracing_config import key_value_list
 
@@ -12,18 +15,30 @@ from flexinfer.observability.tracing_config import key_value_list
     ("word", "enabled"),
     [
         ("1", True), ("true", True), ("yes", True), ("on", True), ("TRUE", True), (" on ", True), ("Yes", True),
-        ("0", False), ("false", False), ("no", False), ("off", False), ("", False), ("maybe", False),
-        ("enabled", False),
+        ("0", False), ("false", False), ("no", False), ("off", False), ("", False),
     ],
 )
 def test_enabled_accepts_the_bool_words_and_defaults_off(word: str, enabled: bool) -> None:
     assert tracing_settings({"FLEXINFER_OTEL_ENABLED": word}).enabled is enabled
 
 
-@pytest.mark.parametrize(("word", "trusted"), [("", True), ("maybe", True), ("false", False), (" OFF ", False),
+@pytest.mark.parametrize(("word", "trusted"), [("", True), ("false", False), (" OFF ", False),
                                                ("0", False), ("yes", True)])
 def test_trust_incoming_defaults_on(word: str, trusted: bool) -> None:
     assert tracing_settings({"FLEXINFER_OTEL_TRUST_INCOMING": word}).trust_incoming is trusted
+
+
+@pytest.mark.parametrize("word", ["maybe", "flase", "2"])
+def test_unparsable_trust_incoming_fails_closed(word: str) -> None:
+    with pytest.raises(ConfigError, match="FLEXINFER_OTEL_TRUST_INCOMING"):
+        tracing_settings({"FLEXINFER_OTEL_TRUST_INCOMING": word})
+
+
+def test_unparsable_enabled_stays_off_with_a_warning() -> None:
+    warnings: list[str] = []
+    assert tracing_settings({"FLEXINFER_OTEL_ENABLED": "maybe"}, warnings.append).enabled is False
+    assert warnings == ["FLEXINFER_OTEL_ENABLED='maybe' is not a boolean (use 1/true/yes/on or 0/false/no/off); "
+                        "using the default False"]
 
 
 def test_empty_environment_is_tracing_off_with_spec_defaults() -> None:
@@ -74,15 +89,23 @@ def test_exporter_options_per_signal_variables_win() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("abc", 10.0), ("-5", 10.0), ("0", 10.0), ("nan", 10.0),
                                                ("inf", 10.0), ("500", 0.5)])
 def test_timeout_is_milliseconds_and_garbage_keeps_default(text: str, seconds: float) -> None:
-    assert tracing_settings({"OTEL_EXPORTER_OTLP_TIMEOUT": text}).exporter.timeout_seconds == seconds
+    warnings: list[str] = []
+    assert tracing_settings({"OTEL_EXPORTER_OTLP_TIMEOUT": text}, warnings.append).exporter.timeout_seconds == seconds
+    assert all("OTEL_EXPORTER_OTLP_TIMEOUT" in w for w in warnings) and (len(warnings) == 1) is (text != "500")
 
 
 def test_unknown_compression_falls_back_to_none() -> None:
-    assert tracing_settings({"OTEL_EXPORTER_OTLP_COMPRESSION": "brotli"}).exporter.compression == "none"
+    warnings: list[str] = []
+    settings = tracing_settings({"OTEL_EXPORTER_OTLP_COMPRESSION": "brotli"}, warnings.append)
+    assert settings.exporter.compression == "none"
+    assert len(warnings) == 1 and "OTEL_EXPORTER_OTLP_COMPRESSION='brotli'" in warnings[0]
 
 
-def test_key_value_list_decodes_and_skips_malformed_entries() -> None:
-    assert key_value_list("a=1, b = two%2Cthree ,junk,=x,c=") == {"a": "1", "b": "two,three", "c": ""}
+def test_key_value_list_decodes_and_skips_malformed_entries_with_warnings() -> None:
+    warnings: list[str] = []
+    read = EnvReader({"X": "a=1, b = two%2Cthree ,junk,=x,c="}, warnings.append)
+    assert key_value_list(read, "X") == {"a": "1", "b": "two,three", "c": ""}
+    assert [w.split(" is ")[0] for w in warnings] == ["X='junk'", "X='=x'"]
 
 
 def test_resource_and_sampler_variables_are_kept() -> None:
@@ -94,13 +117,18 @@ def test_resource_and_sampler_variables_are_kept() -> None:
     assert (settings.service_name, settings.sampler, settings.sampler_arg) == ("edge", "traceidratio", "0.25")
 
 
-def test_garbage_everywhere_never_raises() -> None:
+def test_garbage_everywhere_never_raises_and_warns_by_name() -> None:
     garbage = "::not a url:: \x00 %%% ,,=="
     env = {name: garbage for name in (
         "FLEXINFER_OTEL_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_RESOURCE_ATTRIBUTES",
         "OTEL_TRACES_SAMPLER", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_MAX_QUEUE_SIZE",
     )}
-    settings = tracing_settings(env)
+    warnings: list[str] = []
+    settings = tracing_settings(env, warnings.append)
     assert settings.enabled is False
     assert settings.batch.max_queue_size == 2048
+    warned = {w.split("=")[0] for w in warnings}
+    assert {"FLEXINFER_OTEL_ENABLED", "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY",
+            "OTEL_BSP_MAX_QUEUE_SIZE"} <= warned

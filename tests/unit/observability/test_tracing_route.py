@@ -94,3 +94,27 @@ def test_proxy_tracer_is_installed_when_tracing_is_on_or_incoming_context_is_unt
         assert (proxy_tracer(tracing) is not None) is installed
     finally:
         tracing.shutdown()
+
+
+async def test_v1_models_has_its_own_server_span(receiver: OTLPReceiver, upstream: str) -> None:
+    tracing = init_tracing("flexinfer-proxy", tracing_settings(
+        {"FLEXINFER_OTEL_ENABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}))
+    config = ProxyConfig(shutdown_drain_delay=0.0)
+    server = ProxyServer(create_app(config, Activator(upstream), Catalog(), tracer=ProxyTracer(tracing)), config)
+    port = await server.start("127.0.0.1", 0)
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/v1/models", headers={"traceparent": parent}) as response:
+                assert response.status == 200
+            async with session.post(f"http://127.0.0.1:{port}/v1/models") as response:
+                assert response.status == 405
+    finally:
+        await server.shutdown()
+        tracing.shutdown()
+    spans = sorted((s for s in receiver.spans() if s.name == "proxy.list_models"),
+                   key=lambda s: s.attributes["http.response.status_code"])
+    assert [(s.attributes["http.request.method"], s.attributes["http.route"], s.attributes["http.response.status_code"])
+            for s in spans] == [("GET", "/v1/models", 200), ("POST", "/v1/models", 405)]
+    assert spans[0].attributes["flexinfer.models"] == 1
+    assert spans[0].trace_id == "0af7651916cd43dd8448eb211c80319c"  # continues the caller's trace

@@ -8,7 +8,13 @@ import pytest
 
 from flexinfer.core.errors import ColdStartTimeoutError, UnauthorizedError
 from flexinfer.proxy.auth import BearerAuth
-from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError, TokenBucket
+from flexinfer.proxy.limits import (
+    ConcurrencyLimiter,
+    RateLimiter,
+    RateLimitExceededError,
+    TokenBucket,
+    effective_limit,
+)
 
 
 class Clock:
@@ -72,6 +78,36 @@ async def test_unlimited_concurrency_never_waits():
     async with limiter.slot("m", 0), limiter.slot("m", 0):
         entered = 2
     assert entered == 2
+
+
+@pytest.mark.parametrize(("proxy", "parallel", "limit"), [(0, None, 0), (0, 1, 1), (8, None, 8), (8, 2, 2), (1, 4, 1)])
+def test_effective_limit_is_the_smaller_set_one(proxy: int, parallel: int | None, limit: int) -> None:
+    assert effective_limit(proxy, parallel) == limit
+
+
+async def test_a_models_parallel_capacity_queues_the_rest_without_a_proxy_cap():
+    """PROXY_MAX_CONCURRENCY_PER_MODEL=0 (the default) no longer lets every waiter through at once: a
+    one-slot model (llama.cpp) takes one request at a time, the others wait for it."""
+    limiter = ConcurrencyLimiter(0)
+    running, peak = 0, 0
+    release = asyncio.Event()
+
+    async def request() -> None:
+        nonlocal running, peak
+        async with limiter.slot("m", 5, parallel=1):
+            running += 1
+            peak = max(peak, running)
+            await release.wait()
+            running -= 1
+
+    tasks = [asyncio.ensure_future(request()) for _ in range(4)]
+    await asyncio.sleep(0)
+    assert running == 1
+    release.set()
+    await asyncio.gather(*tasks)
+    assert peak == 1
+    async with limiter.slot("m", 0.01, parallel=None), limiter.slot("m", 0.01, parallel=None):
+        pass  # a model without a known capacity is not limited
 
 
 def test_bearer_auth():

@@ -1,0 +1,176 @@
+"""Reloading the manifests of a running ``flexinfer serve`` (on a file change, or on SIGHUP).
+
+``ManifestReloader.reload`` reads the manifest paths again through the checks ``flexinfer validate`` runs
+(``flexinfer.api.load_manifests``, then ``flexinfer.local.validation``): a schema or cross-field error, a
+duplicate, or a problem of the manifests themselves (``manifest_problems``) rejects the whole edit and the
+previous configuration stays in force (each problem logged at ERROR, the result kept in ``status`` for the
+admin API); a problem of this machine (missing weights, backend not installed) is logged as a warning, as at
+start, and only that model fails when activated. An accepted set goes to ``apply`` (the assembly: the
+dispatcher declares it, then the catalog and the metrics follow), which adds, changes and removes models.
+
+``watch`` polls the paths every ``interval`` seconds (a signature of every manifest file: path, size,
+modification time) and reloads once a change has settled (the same signature on two polls in a row, so a
+file caught half-written is not reported). Reloads never overlap. Built by ``flexinfer.assembly.local``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from flexinfer.api.errors import InvalidResourceError
+from flexinfer.api.key import ModelKey
+from flexinfer.api.loading import Manifest, load_manifests, manifest_files
+from flexinfer.api.model import Model
+from flexinfer.core.errors import ConfigError, FlexInferError
+from flexinfer.local.profiles import Availability
+from flexinfer.local.validation import machine_problems, manifest_problems
+
+log = logging.getLogger("flexinfer.reload")
+DEFAULT_WATCH_INTERVAL = 1.0
+"""Seconds between two polls of the manifest files (``flexinfer serve --watch-interval``)."""
+
+Signature = tuple[tuple[str, int, int], ...]
+Apply = Callable[[list[Model]], Awaitable[None]]
+
+
+@dataclass
+class ConfigStatus:
+    """The last reload, as the admin status's ``config`` section shows it."""
+
+    loaded_at: str
+    """When the configuration in force was loaded (UTC, ISO 8601)."""
+    models: int
+    last_reload: str | None = None
+    """When the last reload attempt ended (UTC, ISO 8601); ``None`` before the first."""
+    trigger: str | None = None
+    """``watch`` or ``signal`` (or the caller's word) for the last attempt."""
+    result: str | None = None
+    """``applied``, ``unchanged`` or ``rejected``."""
+    errors: list[str] = field(default_factory=list)
+    """Why the last attempt was rejected, one ``file:line: problem`` per entry (as ``flexinfer validate``)."""
+    reloads: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {"loaded_at": self.loaded_at, "models": self.models, "last_reload": self.last_reload,
+                "trigger": self.trigger, "result": self.result,
+                "error": "; ".join(self.errors) or None, "errors": list(self.errors), "reloads": self.reloads}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def signature(paths: Sequence[str | Path]) -> Signature:
+    """Path, size and modification time of every manifest file under ``paths`` (a missing path counts too)."""
+    try:
+        files = manifest_files(paths)
+    except (InvalidResourceError, OSError):
+        return (("", -1, -1),)
+    marks = []
+    for file in files:
+        try:
+            st = file.stat()
+        except OSError:
+            marks.append((str(file), -1, -1))
+        else:
+            marks.append((str(file), st.st_size, st.st_mtime_ns))
+    return tuple(marks)
+
+
+class ManifestReloader:
+    """Reloads ``paths`` on demand (``reload``) or when they change (``watch``); see the module docstring."""
+
+    def __init__(self, paths: Sequence[str | Path], models: Sequence[Model], apply: Apply, *,
+                 installed: Availability | None, base_dir: Path, interval: float = DEFAULT_WATCH_INTERVAL) -> None:
+        self._paths, self._apply, self._installed, self._base_dir = list(paths), apply, installed, base_dir
+        self.interval = interval
+        self._models = list(models)
+        self._lock = asyncio.Lock()
+        self._seen = signature(self._paths)
+        self.status = ConfigStatus(loaded_at=_now(), models=len(self._models))
+
+    async def reload(self, trigger: str) -> ConfigStatus:
+        """Check the manifests again and apply them when they pass; returns the updated ``status``."""
+        async with self._lock:
+            self._seen = signature(self._paths)
+            started = time.monotonic()
+            try:
+                models = self._load()
+            except FlexInferError as exc:
+                self._rejected(trigger, _problems(exc))
+                return self.status
+            if models == self._models:
+                self._finish(trigger, "unchanged")
+                log.info("reload (%s): manifests unchanged", trigger)
+                return self.status
+            before = {m.key: m for m in self._models}
+            await self._apply(models)
+            self._models = models
+            self.status.loaded_at, self.status.models = _now(), len(models)
+            self._finish(trigger, "applied")
+            log.info("reload (%s) applied in %.2fs: %s", trigger, time.monotonic() - started,
+                     _changes(before, {m.key: m for m in models}))
+            return self.status
+
+    def _load(self) -> list[Model]:
+        manifests = [m for m in load_manifests(self._paths) if isinstance(m.resource, Model)]
+        if not manifests:
+            raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in self._paths)}")
+        problems = manifest_problems(manifests)
+        if problems:
+            raise InvalidResourceError(problems)
+        self._warn(manifests)
+        return [m.resource for m in manifests if isinstance(m.resource, Model)]
+
+    def _warn(self, manifests: list[Manifest]) -> None:
+        if self._installed is None:
+            return
+        for problem in machine_problems(manifests, self._installed, self._base_dir, every_source=True):
+            log.warning("reload: %s (the model fails when activated)", problem)
+
+    def _rejected(self, trigger: str, errors: list[str]) -> None:
+        self._finish(trigger, "rejected", errors)
+        log.error("reload (%s) rejected, the previous configuration stays in force (%d problem(s)):", trigger,
+                  len(errors))
+        for error in errors:
+            log.error("%s", error)
+
+    def _finish(self, trigger: str, result: str, errors: list[str] | None = None) -> None:
+        status = self.status
+        status.last_reload, status.trigger, status.result = _now(), trigger, result
+        status.errors, status.reloads = errors or [], status.reloads + 1
+
+    async def watch(self) -> None:
+        """Poll the paths forever; reload once a change has settled (cancel the task to stop)."""
+        previous = self._seen
+        while True:
+            await asyncio.sleep(self.interval)
+            current = signature(self._paths)
+            if current != self._seen and current == previous:
+                try:
+                    await self.reload("watch")
+                except Exception:
+                    log.exception("reload failed")
+            previous = current
+
+
+def _problems(exc: FlexInferError) -> list[str]:
+    if isinstance(exc, InvalidResourceError):
+        return [str(p) for p in exc.problems]
+    return [str(exc)]
+
+
+def _changes(before: dict[ModelKey, Model], after: dict[ModelKey, Model]) -> str:
+    added = sorted(after.keys() - before.keys())
+    removed = sorted(before.keys() - after.keys())
+    changed = sorted(k for k in after.keys() & before.keys() if after[k] != before[k])
+    parts = [f"{word} {', '.join(keys)}" for word, keys in
+             (("added", added), ("changed", changed), ("removed", removed)) if keys]
+    return "; ".join(parts) or "no model changed"
+

@@ -1,0 +1,158 @@
+// FlexInfer status page: polls /ui/api/status (and the chosen model's log) and redraws.
+// Plain JavaScript, no build step, no external resources.
+"use strict";
+
+const POLL_MS = 1000;
+const SVG = "http://www.w3.org/2000/svg";
+const STAGE_COLORS = { queue: "#9aa3b5", drain: "#e39b5b", staging: "#5b8fe3", server_start: "#8b6fd6", health: "#4fb07a" };
+const KIND_COLORS = { cold_start: "#5b8fe3", swap: "#e39b5b" };
+const $ = (id) => document.getElementById(id);
+
+function token() { return sessionStorage.getItem("flexinfer-token") || ""; }
+
+async function getJSON(path) {
+  const headers = token() ? { Authorization: "Bearer " + token() } : {};
+  const response = await fetch(path, { headers, cache: "no-store" });
+  if (response.status === 401) { $("login").hidden = false; throw new Error("a bearer token is needed"); }
+  const body = await response.json();
+  if (!response.ok) { throw new Error((body.error && body.error.message) || response.statusText); }
+  return body;
+}
+
+function el(tag, attrs, text) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) { node.setAttribute(k, v); }
+  if (text !== undefined) { node.textContent = text; }
+  return node;
+}
+
+function seconds(s) { return s === null || s === undefined ? "–" : s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(2) + " s"; }
+function ago(s) { return s === null || s === undefined ? "never" : seconds(s) + " ago"; }
+function clock(t) { return new Date(t * 1000).toLocaleTimeString(); }
+
+function renderModels(models) {
+  const body = $("models").tBodies[0];
+  body.replaceChildren(...models.map((m) => {
+    const row = el("tr", { "data-key": m.key, "data-phase": m.phase });
+    row.append(el("td", {}, m.key), el("td", {}, m.group || "–"));
+    const phase = el("td"); phase.append(el("span", { class: "phase phase-" + m.phase }, m.phase + (m.draining ? " (draining)" : "")));
+    row.append(phase, el("td", {}, String(m.queue_depth)), el("td", {}, String(m.in_flight)), el("td", {}, ago(m.last_swap_age)));
+    return row;
+  }));
+}
+
+function renderGroups(groups) {
+  const names = Object.keys(groups).sort();
+  $("groups").replaceChildren(...(names.length ? names.map((g) =>
+    el("li", { "data-group": g, "data-holder": groups[g] || "" }, g + ": " + (groups[g] || "free"))) : [el("li", { class: "muted" }, "no shared GPU groups")]));
+}
+
+function renderTimeline(activations) {
+  const svg = $("timeline"), shown = activations.slice(0, 10), rowH = 24, labelW = 300, width = 900;
+  svg.setAttribute("viewBox", `0 0 ${width} ${Math.max(1, shown.length) * rowH + 20}`);
+  svg.replaceChildren();
+  if (!shown.length) { svg.append(el("svg:text", { x: 4, y: 16 }, "no activations yet")); return; }
+  const longest = Math.max(...shown.map((a) => a.seconds), 0.001), scale = (width - labelW - 70) / longest;
+  shown.forEach((a, i) => {
+    const y = i * rowH + 4, group = el("svg:g", { class: "activation", "data-model": a.model, "data-kind": a.kind });
+    const what = a.kind === "swap" && a.preempted ? `swap ${a.preempted} → ${a.model}` : `${a.kind.replace("_", " ")} ${a.model}`;
+    group.append(el("svg:text", { x: 4, y: y + 14 }, `${clock(a.started_at)}  ${what}${a.result === "success" ? "" : " (failed)"}`));
+    for (const s of a.stages) {
+      const bar = el("svg:rect", { x: labelW + s.start * scale, y, width: Math.max(1, (s.end - s.start) * scale), height: rowH - 8,
+        fill: STAGE_COLORS[s.stage] || "#999", class: "stage", "data-stage": s.stage });
+      bar.append(el("svg:title", {}, `${s.stage}: ${seconds(s.end - s.start)}`));
+      group.append(bar);
+    }
+    group.append(el("svg:text", { x: labelW + a.seconds * scale + 6, y: y + 14 }, seconds(a.seconds)));
+    svg.append(group);
+  });
+  svg.append(el("svg:text", { x: labelW, y: shown.length * rowH + 16 }, "0"),
+    el("svg:text", { x: width - 70, y: shown.length * rowH + 16, "text-anchor": "end" }, seconds(longest)));
+}
+
+function renderLegend() {
+  $("legend").replaceChildren(...Object.entries(STAGE_COLORS).map(([stage, color]) => {
+    const item = el("span"); item.append(el("i", { style: "background:" + color }), stage); return item;
+  }));
+}
+
+function renderLatency(durations) {
+  const svg = $("latency"), width = 900, height = 160, bins = 20, left = 40;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height + 30}`);
+  svg.replaceChildren();
+  $("latency-count").textContent = `(${durations.length} recent activations)`;
+  if (!durations.length) { svg.append(el("svg:text", { x: 4, y: 16 }, "no activations yet")); return; }
+  const top = Math.max(...durations.map((d) => d.seconds)) * 1.0001 || 1, step = top / bins;
+  const counts = {};
+  for (const kind of Object.keys(KIND_COLORS)) { counts[kind] = new Array(bins).fill(0); }
+  for (const d of durations) { (counts[d.kind] || (counts[d.kind] = new Array(bins).fill(0)))[Math.min(bins - 1, Math.floor(d.seconds / step))] += 1; }
+  const most = Math.max(1, ...Array.from({ length: bins }, (_, b) => Object.values(counts).reduce((n, c) => n + c[b], 0)));
+  const barW = (width - left) / bins;
+  for (let b = 0; b < bins; b++) {
+    let base = height;
+    for (const [kind, c] of Object.entries(counts)) {
+      if (!c[b]) { continue; }
+      const h = (c[b] / most) * (height - 10);
+      const bar = el("svg:rect", { x: left + b * barW + 1, y: base - h, width: barW - 2, height: h, fill: KIND_COLORS[kind] || "#999", class: "bin", "data-kind": kind });
+      bar.append(el("svg:title", {}, `${kind}: ${c[b]} between ${seconds(b * step)} and ${seconds((b + 1) * step)}`));
+      svg.append(bar); base -= h;
+    }
+  }
+  svg.append(el("svg:text", { x: 4, y: 12 }, String(most)), el("svg:text", { x: left, y: height + 16 }, "0"),
+    el("svg:text", { x: width, y: height + 16, "text-anchor": "end" }, seconds(top)),
+    el("svg:text", { x: width / 2 - 10, y: height + 16, "text-anchor": "end", style: "fill:" + KIND_COLORS.cold_start }, "■ cold start"),
+    el("svg:text", { x: width / 2 + 10, y: height + 16, style: "fill:" + KIND_COLORS.swap }, "■ swap"));
+}
+
+function renderErrors(errors) {
+  $("errors").replaceChildren(...(errors.length ? errors.slice(0, 20).map((e) =>
+    el("li", {}, `${clock(e.at)}  ${e.source}: ${e.message}`)) : [el("li", { class: "muted" }, "none")]));
+}
+
+function renderLogChoices(models, available) {
+  const select = $("log-model"), keys = models.map((m) => m.key), current = select.value;
+  if (select.options.length !== keys.length || keys.some((k, i) => select.options[i].value !== k)) {
+    select.replaceChildren(...keys.map((k) => el("option", { value: k }, k)));
+    if (keys.includes(current)) { select.value = current; }
+  }
+  select.disabled = !available;
+}
+
+let logsAvailable = true;
+
+async function refreshLog() {
+  const model = $("log-model").value;
+  if (!logsAvailable) { $("log-tail").textContent = "Model server logs are not available in cluster mode (use kubectl logs)."; return; }
+  if (!model) { return; }
+  try {
+    const body = await getJSON("/ui/api/logs/" + encodeURIComponent(model) + "?tail=200");
+    const pre = $("log-tail"), atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = body.lines.length ? body.lines.join("\n") : "(no output yet)";
+    if (atBottom) { pre.scrollTop = pre.scrollHeight; }
+  } catch (error) { $("log-tail").textContent = String(error.message || error); }
+}
+
+async function refresh() {
+  try {
+    const status = await getJSON("/ui/api/status");
+    $("mode").textContent = status.mode + " engine";
+    logsAvailable = status.logs_available;
+    renderModels(status.models); renderGroups(status.groups); renderTimeline(status.activations);
+    renderLatency(status.durations); renderErrors(status.errors); renderLogChoices(status.models, logsAvailable);
+    $("updated").textContent = "updated " + clock(status.now);
+    await refreshLog();
+  } catch (error) {
+    $("updated").textContent = "error: " + (error.message || error);
+  }
+}
+
+$("login").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem("flexinfer-token", $("token").value);
+  $("login").hidden = true;
+  refresh();
+});
+$("log-model").addEventListener("change", refreshLog);
+renderLegend();
+refresh();
+setInterval(refresh, POLL_MS);

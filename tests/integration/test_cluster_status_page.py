@@ -1,0 +1,117 @@
+"""The status page of ``flexinfer proxy`` against a real kube-apiserver: behind the proxy's bearer auth, models
+with group and phase from the Models' status, the activation a request waited for, and a clean "not available
+in cluster mode" for model server logs. The test plays the manager (it patches the Model's status)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from lightkube import AsyncClient, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import Namespace
+from lightkube.types import PatchType
+
+from flexinfer.assembly.proxy import ClusterProxy, start_proxy
+from support.fake_openai import FakeOpenAI
+from support.kube_testbed import REPO_ROOT, KubeTestbed
+from support.polling import poll_until
+
+pytestmark = pytest.mark.integration
+
+Model = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
+NS = "status-page"
+TOKEN = "page-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTestbed]:
+    bed = KubeTestbed(tmp_path_factory.mktemp("kube") / "bed").start()
+    try:
+        bed.kubectl("apply", "-f", str(REPO_ROOT / "charts" / "flexinfer" / "crds"))
+        bed.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/models.ai.flexinfer")
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture
+async def setup(testbed: KubeTestbed) -> AsyncIterator[tuple[AsyncClient, ClusterProxy, str]]:
+    client = AsyncClient(KubeConfig.from_file(str(testbed.kubeconfig)))
+    await client.create(Namespace(metadata={"name": NS}))
+    upstream = aiohttp.web.AppRunner(FakeOpenAI().app())
+    await upstream.setup()
+    site = aiohttp.web.TCPSite(upstream, "127.0.0.1", 0)
+    await site.start()
+    upstream_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    env = {"POD_NAMESPACE": NS, "FLEXINFER_PROXY_ENDPOINT_OVERRIDE": "true", "PROXY_SHUTDOWN_DRAIN_DELAY": "0",
+           "PROXY_COLD_START_TIMEOUT": "30s", "FLEXINFER_OTEL_ENABLED": "false",
+           "KUBECONFIG": str(testbed.kubeconfig), "PROXY_AUTH_ENABLED": "true", "PROXY_AUTH_TOKEN": TOKEN}
+    proxy = await start_proxy(host="127.0.0.1", port=0, env=env)
+    try:
+        yield client, proxy, upstream_url
+    finally:
+        await proxy.close()
+        await upstream.cleanup()
+        await client.close()
+
+
+async def patch_status(client: AsyncClient, name: str, status: dict[str, Any]) -> None:
+    await client.patch(Model.Status, name, {"status": status}, namespace=NS, patch_type=PatchType.MERGE)
+
+
+async def test_cluster_status_page(setup: tuple[AsyncClient, ClusterProxy, str]) -> None:
+    client, proxy, upstream_url = setup
+    await client.create(Model(metadata={"name": "m", "namespace": NS, "annotations": {
+        "flexinfer.ai/endpoint-override": upstream_url}},
+        spec={"backend": "vllm", "source": "HF://org/m", "gpu": {"vendor": "amd", "shared": "g0"}}))
+    await patch_status(client, "m", {"phase": "Idle"})
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{proxy.url}/ui") as page:
+            assert page.status == 200 and "FlexInfer status" in await page.text()
+        async with http.get(f"{proxy.url}/ui/api/status") as refused:
+            assert refused.status == 401
+
+        async def status() -> dict[str, Any]:
+            async with http.get(f"{proxy.url}/ui/api/status", headers=AUTH) as response:
+                assert response.status == 200
+                return dict(await response.json())
+
+        async def model_seen() -> dict[str, Any] | None:
+            body = await status()
+            return body if [(m["key"], m["group"]) for m in body["models"]] == [(f"{NS}/m", "g0")] else None
+
+        body = await poll_until(model_seen, timeout=10, what="the Model on the page")
+        assert body["mode"] == "cluster" and body["logs_available"] is False and body["groups"] == {"g0": None}
+
+        request = asyncio.create_task(http.post(f"{proxy.url}/v1/chat/completions", headers=AUTH,
+                                                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        await poll_until(lambda: _queued(status), timeout=10, what="the waiting request")
+        await patch_status(client, "m", {"phase": "Ready", "endpoint": f"http://m.{NS}.svc:8000"})
+        response = await asyncio.wait_for(request, 10)
+        assert response.status == 200
+        response.release()
+
+        async def activated() -> dict[str, Any] | None:
+            body = await status()
+            return body if body["activations"] and body["groups"] == {"g0": f"{NS}/m"} else None
+
+        body = await poll_until(activated, timeout=10, what="the activation on the page")
+        activation = body["activations"][0]
+        assert activation["model"] == f"{NS}/m" and activation["kind"] == "cold_start"
+        assert activation["result"] == "success" and activation["seconds"] > 0
+        assert body["durations"] == [{"kind": "cold_start", "seconds": activation["seconds"]}]
+
+        async with http.get(f"{proxy.url}/ui/api/logs/{NS}/m", headers=AUTH) as logs:
+            assert logs.status == 404
+            error = (await logs.json())["error"]
+            assert error["code"] == "logs_unavailable" and "cluster mode" in error["message"]
+
+
+async def _queued(status: Any) -> bool:
+    body = await status()
+    return any(m["queue_depth"] for m in body["models"])

@@ -1,0 +1,68 @@
+"""Parallel streams to one llama.cpp model through ``flexinfer serve`` all finish (a real llama-cpp-python
+server with a tiny GGUF model).
+
+``python -m llama_cpp.server`` runs one request at a time and, by default, lets a new request interrupt the
+running stream (which then ends with ``[DONE]`` but no ``finish_reason``). The llamacpp profile turns that
+off and the proxy admits one request per slot (queueing the rest), so every stream must end with a
+``finish_reason``. The llama-server and vLLM profiles are covered where their commands are built
+(``tests/unit/local/test_launch_profiles.py``, ``tests/unit/core/test_manifests.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from support.local_serve import ServeProcess, model_manifest, serve_env, write_manifests
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                       reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)"),
+]
+STREAMS = 4
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeProcess]:
+    from support.tiny_gguf import write_tiny_gguf
+
+    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    doc = model_manifest("tiny", write_tiny_gguf(tmp_path / "tiny.gguf"), None, config)
+    manifests = write_manifests(tmp_path / "models" / "models.yaml", [doc])
+    process = ServeProcess.start(manifests.parent, serve_env(tmp_path / "state"))
+    yield process
+    process.stop()
+
+
+async def stream_chat(session: aiohttp.ClientSession, url: str, index: int) -> tuple[int, list[dict]]:
+    """One streaming chat; returns the status and every parsed chunk (``[DONE]`` as ``{"done": True}``)."""
+    body = {"model": "tiny", "stream": True, "max_tokens": 96, "temperature": 0,
+            "logit_bias": {"2": -100},  # never end early at </s>: the streams must overlap
+            "messages": [{"role": "user", "content": f"hello {index}"}]}
+    chunks: list[dict] = []
+    async with session.post(url + "/v1/chat/completions", json=body) as response:
+        async for raw in response.content:
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                data = line[len("data: "):]
+                chunks.append({"done": True} if data == "[DONE]" else json.loads(data))
+    return response.status, chunks
+
+
+async def test_parallel_streams_all_end_with_a_finish_reason(serve: ServeProcess) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with asyncio.timeout(240):
+            results = await asyncio.gather(*(stream_chat(session, serve.url, i) for i in range(STREAMS)))
+    for status, chunks in results:
+        assert status == 200, chunks
+        assert chunks and chunks[-1] == {"done": True}, chunks[-3:]
+        reasons = [c["choices"][0].get("finish_reason") for c in chunks[:-1] if c.get("choices")]
+        assert reasons and reasons[-1] is not None, f"stream truncated without a finish_reason: {chunks[-3:]}"
+    assert "Traceback" not in serve.log, serve.log

@@ -1,0 +1,115 @@
+"""The status page in a real headless Chromium against a real ``flexinfer serve``: two fake model servers
+share one GPU group; the page lists both, and after a cold start and a swap (caused by real requests) the
+page shows the swap in its timeline, the group's new holder, the latency chart and the server's log tail,
+without a reload. A screenshot is kept (see ``support.browser.keep_screenshot``)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+
+from support.browser import headless_chromium, keep_screenshot
+from support.local_serve import ServeProcess, fake_server_command, model_manifest, serve_env, write_manifests
+
+pytestmark = pytest.mark.integration
+
+DEADLINE = 30.0
+
+
+def start_serve(tmp_path: Path, **env: str) -> ServeProcess:
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"w")
+    documents = [model_manifest(m, weights, "gpu0", {"command": fake_server_command(
+        "--model-name", m, "--startup-delay", "0.3")}) for m in ("left", "right")]
+    manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
+    return ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", PROXY_COLD_START_TIMEOUT="60s", **env))
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeProcess]:
+    process = start_serve(tmp_path)
+    yield process
+    assert process.stop() == 0, process.log
+
+
+def chat(base_url: str, model: str) -> None:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = urllib.request.Request(f"{base_url}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+
+
+def until(driver: WebDriver, what: str, check: Callable[[WebDriver], object]) -> object:
+    """Poll the live page until ``check`` is truthy (deadline-bounded)."""
+    deadline, last = time.monotonic() + DEADLINE, None
+    while time.monotonic() < deadline:
+        last = check(driver)
+        if last:
+            return last
+        time.sleep(0.1)  # a polling interval, not a wait for state
+    raise AssertionError(f"page never showed {what}; last={last!r}; updated="
+                         f"{driver.find_element(By.ID, 'updated').text!r}")
+
+
+def phases(driver: WebDriver) -> dict[str, str]:
+    rows = driver.find_elements(By.CSS_SELECTOR, "#models tbody tr")
+    return {r.get_attribute("data-key") or "": r.get_attribute("data-phase") or "" for r in rows}
+
+
+def test_status_page_follows_a_swap(serve: ServeProcess, tmp_path: Path) -> None:
+    with headless_chromium(tmp_path) as driver:
+        driver.get(f"{serve.url}/ui")
+        assert driver.title == "FlexInfer status"
+        until(driver, "both models Idle",
+              lambda d: phases(d) == {"default/left": "Idle", "default/right": "Idle"})
+        assert "local engine" in driver.find_element(By.ID, "mode").text
+        assert driver.find_element(By.CSS_SELECTOR, "#groups li").text == "gpu0: free"
+
+        chat(serve.url, "left")
+        chat(serve.url, "right")  # swaps left out of gpu0
+
+        swap = until(driver, "the swap in the timeline", lambda d: d.find_elements(
+            By.CSS_SELECTOR, '#timeline g.activation[data-kind="swap"][data-model="default/right"]'))
+        row = swap[0]  # type: ignore[index]
+        assert "swap default/left → default/right" in row.text
+        stages = {r.get_attribute("data-stage") for r in row.find_elements(By.CSS_SELECTOR, "rect.stage")}
+        assert {"drain", "server_start", "health"} <= stages, stages
+        assert driver.find_elements(
+            By.CSS_SELECTOR, '#timeline g.activation[data-kind="cold_start"][data-model="default/left"]')
+        until(driver, "right holding gpu0",
+              lambda d: d.find_element(By.CSS_SELECTOR, '#groups li[data-group="gpu0"]').get_attribute(
+                  "data-holder") == "default/right")
+        assert phases(driver)["default/right"] == "Ready"
+        bins = driver.find_elements(By.CSS_SELECTOR, "#latency rect.bin")
+        assert {b.get_attribute("data-kind") for b in bins} == {"cold_start", "swap"}
+        assert "(2 recent activations)" in driver.find_element(By.ID, "latency-count").text
+
+        Select(driver.find_element(By.ID, "log-model")).select_by_value("default/right")
+        until(driver, "the right server's log tail",
+              lambda d: "FAKE_OPENAI_PORT=" in d.find_element(By.ID, "log-tail").text)
+        keep_screenshot(driver, tmp_path, "status-page.png")
+
+
+def test_status_page_asks_for_the_token_when_auth_is_on(tmp_path: Path) -> None:
+    serve = start_serve(tmp_path, PROXY_AUTH_ENABLED="true", PROXY_AUTH_TOKEN="page-secret")
+    try:
+        with headless_chromium(tmp_path) as driver:
+            driver.get(f"{serve.url}/ui")
+            until(driver, "the token form", lambda d: d.find_element(By.ID, "login").is_displayed())
+            assert phases(driver) == {}
+            driver.find_element(By.ID, "token").send_keys("page-secret")
+            driver.find_element(By.CSS_SELECTOR, "#login button").click()
+            until(driver, "both models after the token",
+                  lambda d: phases(d) == {"default/left": "Idle", "default/right": "Idle"})
+            assert not driver.find_element(By.ID, "login").is_displayed()
+    finally:
+        assert serve.stop() == 0, serve.log
