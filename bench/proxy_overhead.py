@@ -1,12 +1,17 @@
-"""Proxy overhead benchmark: the same minimal upstream loaded with ``wrk`` directly and through the FlexInfer
-proxy (an always-ready Activator/Catalog, so only the HTTP edge is measured), for a small JSON answer and a
-64-chunk SSE stream, at concurrency 1 and 64. Reports added latency p50/p99 and the throughput ratio, and
-LiteLLM's proxy on the same upstream when ``--litellm PATH_TO_LITELLM_BIN`` is given.
+"""Proxy overhead benchmark: the real ``flexinfer serve`` path against the same upstream loaded directly and
+through nginx, with ``wrk``; prints added latency, throughput ratio and the proxy's CPU per request.
 
-    python bench/proxy_overhead.py [--duration 5] [--no-uvloop] [--litellm /tmp/venv/bin/litellm]
+    python bench/proxy_overhead.py [--duration 3] [--rounds 2] [--baseline-src OTHER/src] [--litellm BIN]
 
-Targets: added p50 <= 0.5 ms at c=1; throughput >= 0.5x direct at c=64. Prints figures only.
-Internal roles (``--role upstream|proxy``) run the servers as child processes.
+``serve`` runs two ``spec.config.command`` models whose command is this script's minimal aiohttp upstream
+(``--role upstream``): ``bench`` (no body rewrite) and ``bench-rw`` (``servedModelName`` differs, so the body's
+``model`` is rewritten). Once ``bench`` is Ready its model server is the one upstream every target uses
+(``direct``, ``nginx`` when installed — a keep-alive reverse proxy, one worker — and ``serve``);
+``--baseline-src`` adds a second ``serve`` running another source tree (A/B in one run), ``--litellm`` LiteLLM's
+proxy. Scenarios: JSON at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
+``bench-rw`` for the proxies). Runs are interleaved (every target once per round, then the next round) and the
+median round is reported; CPU is the server processes' user+system time read from ``/proc`` around each run.
+Prints figures only (and the load average), asserts nothing. Internal role: ``--role upstream --port N``.
 """
 
 from __future__ import annotations
@@ -16,42 +21,36 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 SSE_CHUNKS = 64
-BODY = {"model": "bench", "messages": [{"role": "user", "content": "hi"}]}
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+_TICK = os.sysconf("SC_CLK_TCK")
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-# ---------------------------------------------------------------- servers (child processes)
+# ---------------------------------------------------------------- the upstream (child process)
 
-def _install_loop(use_uvloop: bool) -> str:
-    if use_uvloop:
-        try:
-            import uvloop
-
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-            return "uvloop"
-        except ImportError:
-            pass
-    return "asyncio"
-
-
-async def _serve_upstream(port: int) -> None:
+async def _serve_upstream(port: int, startup_delay: float = 0.0) -> None:
     from aiohttp import web
 
+    await asyncio.sleep(startup_delay)
     answer = json.dumps({"id": "x", "object": "chat.completion", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}).encode()
     chunk = b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n'
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        if not body.get("stream"):
+        body = await request.read()
+        if b'"stream":true' not in body.replace(b" ", b""):
             return web.Response(body=answer, content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -60,41 +59,19 @@ async def _serve_upstream(port: int) -> None:
         await response.write(b"data: [DONE]\n\n")
         return response
 
-    app = web.Application()
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=8 << 20)
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
     await asyncio.Event().wait()
 
 
-async def _serve_proxy(port: int, upstream: str) -> None:
-    from flexinfer.proxy.app import ProxyServer, create_app
-    from flexinfer.proxy.config import ProxyConfig
-    from flexinfer.runtime.ports import Endpoint, Grant, ModelView
-
-    view = ModelView(name="bench", namespace="default", backend="bench", served_model_name="bench-served",
-                     phase="Ready")
-    endpoint = Endpoint(upstream)
-
-    class Ready:
-        async def acquire(self, model: str, timeout: float | None = None, on_wait: object = None) -> Grant:
-            return Grant(model, endpoint, lambda: None)
-
-    class OneModel:
-        def resolve(self, name: str) -> ModelView | None:
-            return view if name == "bench" else None
-
-        def models(self) -> list[ModelView]:
-            return [view]
-
-    config = ProxyConfig(shutdown_drain_delay=0)
-    server = ProxyServer(create_app(config, Ready(), OneModel()), config)
-    await server.start("127.0.0.1", port)
-    await asyncio.Event().wait()
-
-
-# ---------------------------------------------------------------- load generation
+# ---------------------------------------------------------------- targets
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -115,12 +92,134 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float 
     raise RuntimeError(f"nothing listening on port {port} after {timeout}s")
 
 
-def _lua(stream: bool) -> str:
-    body = json.dumps({**BODY, "stream": stream}).replace("'", "\\'")
-    script = f"wrk.method = 'POST'\nwrk.body = '{body}'\nwrk.headers['Content-Type'] = 'application/json'\n"
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-        handle.write(script)
-    return handle.name
+@dataclass
+class Target:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes] | None = None
+    rewrite_model: str = "bench-rw"
+
+    def cpu_seconds(self) -> float:
+        """User+system CPU of the server process and its workers (not of model servers it started)."""
+        if self.process is None:
+            return 0.0
+        pids = [self.process.pid]
+        if self.name == "nginx":
+            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+            pids += [int(p) for p in children.read_text().split()] if children.exists() else []
+        total = 0
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / _TICK
+
+
+def _manifests(directory: Path) -> Path:
+    weights = directory / "weights.bin"
+    weights.write_bytes(b"w")
+    command = [sys.executable, str(Path(__file__).resolve()), "--role", "upstream", "--port", "{port}"]
+    docs = []
+    for name, served in (("bench", None), ("bench-rw", "bench-served")):
+        config: dict[str, object] = {"command": command, "healthPath": "/health"}
+        if served:
+            config["servedModelName"] = served
+        docs.append({"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": name},
+                     "spec": {"backend": "llamacpp", "source": weights.resolve().as_uri(), "config": config}})
+    path = directory / "models.yaml"
+    path.write_text("---\n".join(json.dumps(d) + "\n" for d in docs))  # JSON documents are YAML
+    return path
+
+
+def _start_serve(name: str, src: Path, manifests: Path, state: Path) -> Target:
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(src), "FLEXINFER_STATE_DIR": str(state),
+           "FLEXINFER_SHM_ROOT": str(state / "shm")}
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / "serve.log").open("wb") as log:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen([sys.executable, "-m", "flexinfer.cli.main", "serve", "-f", str(manifests),
+                                    "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    _wait_listening(port, process)
+    url = f"http://127.0.0.1:{port}"
+    for model in ("bench", "bench-rw"):
+        request = urllib.request.Request(f"{url}/admin/models/{model}/load?wait=true", method="POST")
+        with urllib.request.urlopen(request, timeout=120) as response:
+            assert json.loads(response.read())["phase"] == "Ready", model
+    return Target(name, url, process)
+
+
+def _endpoint(serve: Target, model: str) -> str:
+    with urllib.request.urlopen(serve.url + "/admin/status", timeout=30) as response:
+        models = json.loads(response.read())["models"]
+    return str(next(m for m in models if m["name"] == model)["endpoint"]).rstrip("/")
+
+
+NGINX_CONF = """daemon off; worker_processes 1; pid {dir}/nginx.pid; error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; client_body_temp_path {dir}; proxy_temp_path {dir}; client_max_body_size 8m;
+  client_body_buffer_size 2m;
+  upstream model {{ server {upstream}; keepalive 128; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ proxy_pass http://model; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_buffering off; proxy_request_buffering on; }}
+  }}
+}}
+"""
+
+
+def _start_nginx(upstream: str, directory: Path) -> Target | None:
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if binary is None:
+        print("nginx not installed: skipped")
+        return None
+    port = _free_port()
+    conf = directory / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=directory, upstream=upstream.removeprefix("http://"), port=port))
+    process = subprocess.Popen([binary, "-p", str(directory), "-c", str(conf)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_listening(port, process)
+    return Target("nginx", f"http://127.0.0.1:{port}", process, rewrite_model="bench")
+
+
+def _start_litellm(binary: str, upstream: str, directory: Path) -> Target:
+    port = _free_port()
+    config = directory / "litellm.yaml"
+    config.write_text("model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n"
+                      f"      api_base: {upstream}/v1\n      api_key: none\n")
+    env = {**os.environ, "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true", "LITELLM_LOG": "ERROR"}
+    process = subprocess.Popen([binary, "--config", str(config), "--port", str(port), "--host", "127.0.0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _wait_listening(port, process, timeout=120)
+    return Target("litellm", f"http://127.0.0.1:{port}", process, rewrite_model="bench")
+
+
+# ---------------------------------------------------------------- load generation
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    connections: int
+    stream: bool = False
+    prompt_bytes: int = 0
+
+    def script(self, model: str, directory: Path) -> Path:
+        content = f"string.rep('a', {self.prompt_bytes})" if self.prompt_bytes else "'hi'"
+        stream = "true" if self.stream else "false"
+        body = (f"'{{\"model\":\"{model}\",\"stream\":{stream},\"messages\":[{{\"role\":\"user\",\"content\":\"' .. "
+                f"{content} .. '\"}}]}}'")
+        path = directory / f"{self.name}-{model}.lua"
+        path.write_text(f"wrk.method = 'POST'\nwrk.body = {body}\nwrk.headers['Content-Type'] = 'application/json'\n")
+        return path
+
+
+SCENARIOS = (
+    Scenario("json c=1", 1), Scenario("json c=64", 64), Scenario("sse64 c=16", 16, stream=True),
+    Scenario("json 100KB c=1", 1, prompt_bytes=100_000), Scenario("json 1MB c=1", 1, prompt_bytes=1_000_000),
+)
 
 
 def _ms(text: str) -> float:
@@ -129,111 +228,223 @@ def _ms(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def wrk(url: str, script: str, connections: int, duration: float) -> dict[str, float]:
-    """Run wrk; return rps, p50 and p99 (ms)."""
+def wrk(url: str, script: Path, connections: int, duration: float) -> dict[str, float]:
+    """Run wrk; return rps, requests, p50 and p99 (ms) and the non-2xx count."""
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency", "-s", script, url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency", "-s", str(script), url],
         check=True, capture_output=True, text=True,
     ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    found = {key: re.search(pattern, out, re.M) for key, pattern in (
+        ("rps", r"Requests/sec:\s+([\d.]+)"), ("requests", r"(\d+) requests in"),
+        ("p50", r"^\s+50%\s+(\S+)"), ("p99", r"^\s+99%\s+(\S+)"))}
+    assert all(found.values()), out
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "p50": p50, "p99": p99, "non2xx": float(errors.group(1)) if errors else 0.0}
+    return {"rps": float(found["rps"].group(1)), "requests": float(found["requests"].group(1)),  # type: ignore[union-attr]
+            "p50": _ms(found["p50"].group(1)), "p99": _ms(found["p99"].group(1)),  # type: ignore[union-attr]
+            "non2xx": float(errors.group(1)) if errors else 0.0}
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    return subprocess.Popen([sys.executable, __file__, *args], env=env)
+def _run(target: Target, scenario: Scenario, directory: Path, duration: float) -> dict[str, float]:
+    model = "bench" if target.name == "direct" or not scenario.prompt_bytes else target.rewrite_model
+    script = scenario.script(model, directory)
+    before = target.cpu_seconds()
+    row = wrk(target.url + "/v1/chat/completions", script, scenario.connections, duration)
+    cpu = target.cpu_seconds() - before
+    units = row["requests"] * (SSE_CHUNKS + 1 if scenario.stream else 1)
+    row["cpu_us"] = cpu / units * 1e6 if units else 0.0
+    return row
 
 
-def _litellm(binary: str, upstream: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
-        config.write("model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n"
-                     f"      api_base: {upstream}/v1\n      api_key: none\n")
-    env = {**os.environ, "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true", "LITELLM_LOG": "ERROR"}
-    process = subprocess.Popen([binary, "--config", config.name, "--port", str(port), "--host", "127.0.0.1"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return process, port
+def _measure(targets: list[Target], scenarios: list[Scenario], directory: Path, duration: float,
+             rounds: int) -> dict[tuple[str, str], dict]:
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for scenario in scenarios:
+        for target in targets:  # warm-up: connections, first-request caches
+            _run(target, scenario, directory, 1.0)
+        for _ in range(rounds):
+            for target in targets:
+                results.setdefault((scenario.name, target.name), []).append(_run(target, scenario, directory,
+                                                                                 duration))
+        print(f"  {scenario.name}: done (load {os.getloadavg()[0]:.2f})", flush=True)
+    return {key: _median(rows) for key, rows in results.items()}
 
 
-def _report(results: dict[tuple[str, str, int], dict[str, float]], targets: list[str]) -> None:
-    print(f"\n{'mode':5} {'c':>3} {'target':16} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'+p50 ms':>8} {'+p99 ms':>8} {'ratio':>6}")
-    for (mode, target, conns), row in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2])):
-        base = results[(mode, "direct", conns)]
-        print(f"{mode:5} {conns:>3} {target:16} {row['rps']:>9.0f} {row['p50']:>8.3f} {row['p99']:>8.3f} "
-              f"{row['p50'] - base['p50']:>8.3f} {row['p99'] - base['p99']:>8.3f} {row['rps'] / base['rps']:>6.2f}"
-              + (f"  ({row['non2xx']:.0f} non-2xx)" if row["non2xx"] else ""))
-    print(f"\ntargets: added p50 <= 0.5 ms at c=1; throughput ratio >= 0.5 at c=64  (targets: {', '.join(targets)})")
+def _median(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+
+
+def _report(results: dict[tuple[str, str], dict[str, float]], targets: list[Target],
+            scenarios: list[Scenario]) -> None:
+    print(f"\n{'scenario':16} {'target':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} "
+          f"{'ratio':>6} {'CPU':>16}")
+    for scenario in scenarios:
+        base = results[(scenario.name, "direct")]
+        for target in targets:
+            row = results[(scenario.name, target.name)]
+            unit = "µs/chunk" if scenario.stream else "ms/req"
+            cpu = row["cpu_us"] if scenario.stream else row["cpu_us"] / 1000
+            shown = "" if target.name == "direct" else f"{cpu:>8.3f} {unit}"
+            print(f"{scenario.name:16} {target.name:10} {row['rps']:>8.0f} {row['p50']:>8.3f} {row['p99']:>8.3f} "
+                  f"{row['p50'] - base['p50']:>8.3f} {row['rps'] / base['rps']:>6.2f} {shown:>16}"
+                  + (f"  ({row['non2xx']:.0f} non-2xx)" if row["non2xx"] else ""))
+        print()
+    print("goals: JSON c=1 +p50 <= 0.2 ms and CPU <= 0.15 ms/req; JSON c=64 ratio >= 0.6 and CPU <= 0.15 ms/req;"
+          " SSE ratio >= 1.0 and CPU <= 8 µs/chunk")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.role == "upstream":
-        _install_loop(not args.no_uvloop)
-        asyncio.run(_serve_upstream(args.port))
+        try:
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+        asyncio.run(_serve_upstream(args.port, args.startup_delay))
         return 0
-    if args.role == "proxy":
-        _install_loop(not args.no_uvloop)
-        asyncio.run(_serve_proxy(args.port, args.upstream))
-        return 0
+    if args.queued:
+        return _queued(args.queued, Path(args.baseline_src).resolve() if args.baseline_src else SRC)
     return _orchestrate(args)
 
 
 def _orchestrate(args: argparse.Namespace) -> int:
-    children: list[subprocess.Popen[bytes]] = []
-    try:
-        up_port = _free_port()
-        children.append(_spawn(["--role", "upstream", "--port", str(up_port)]))
-        _wait_listening(up_port, children[-1])
-        upstream = f"http://127.0.0.1:{up_port}"
-        targets = {"direct": upstream}
-        loops = [("flexinfer", False)] + ([] if args.no_uvloop else [("flexinfer-uvloop", True)])
-        for name, uv in (loops if not args.only_uvloop else [("flexinfer-uvloop", True)]):
-            port = _free_port()
-            children.append(_spawn(["--role", "proxy", "--port", str(port), "--upstream", upstream]
-                                   + ([] if uv else ["--no-uvloop"])))
-            _wait_listening(port, children[-1])
-            targets[name] = f"http://127.0.0.1:{port}"
-        if args.litellm:
-            process, port = _litellm(args.litellm, upstream)
-            children.append(process)
-            _wait_listening(port, process, timeout=120)
-            targets["litellm"] = f"http://127.0.0.1:{port}"
-        results = _measure(targets, args.duration)
-        _report(results, list(targets))
-    finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            child.wait(10)
+    targets: list[Target] = []
+    with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
+        directory = Path(tmp)
+        manifests = _manifests(directory)
+        try:
+            serve = _start_serve("serve", SRC, manifests, directory / "state")
+            upstream = _endpoint(serve, "bench")
+            targets.append(Target("direct", upstream))
+            if not args.no_nginx:
+                nginx = _start_nginx(upstream, directory)
+                targets += [nginx] if nginx else []
+            if args.baseline_src:
+                targets.append(_start_serve("baseline", Path(args.baseline_src).resolve(), manifests,
+                                            directory / "state-baseline"))
+            targets.append(serve)
+            if args.litellm:
+                targets.append(_start_litellm(args.litellm, upstream, directory))
+            print(f"targets: {', '.join(t.name for t in targets)}; load average before: "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+            scenarios = [s for s in SCENARIOS if not args.only or any(part in s.name for part in args.only)]
+            results = _measure(targets, scenarios, directory, args.duration, args.rounds)
+            _report(results, targets, scenarios)
+            print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        finally:
+            for target in targets:
+                if target.process is not None:
+                    target.process.terminate()
+            for target in targets:
+                if target.process is not None:
+                    try:
+                        target.process.wait(60)
+                    except subprocess.TimeoutExpired:
+                        print(f"{target.name} did not stop within 60s: killed")
+                        target.process.kill()
     return 0
 
 
-def _measure(targets: dict[str, str], duration: float) -> dict[tuple[str, str, int], dict[str, float]]:
-    results: dict[tuple[str, str, int], dict[str, float]] = {}
-    for mode, stream in (("json", False), ("sse", True)):
-        script = _lua(stream)
-        for name, base in targets.items():
-            url = base + "/v1/chat/completions"
-            wrk(url, script, 8, 1.0)  # warm-up: connections, caches, JIT-free but still worth it
-            for conns in (1, 64):
-                results[(mode, name, conns)] = wrk(url, script, conns, duration)
-                print(f"{mode} {name} c={conns}: {results[(mode, name, conns)]}", flush=True)
-    return results
+# ---------------------------------------------------------------- waiting at scale
+
+def _rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+def _queued(count: int, src: Path) -> int:
+    """``count`` requests, one connection each, sent while the model is still starting (its server sleeps
+    before listening): ``serve``'s memory per waiting request, and how long after Ready the last answer
+    arrives."""
+    with tempfile.TemporaryDirectory(prefix="proxy-queued-") as tmp:
+        directory = Path(tmp)
+        weights = directory / "weights.bin"
+        weights.write_bytes(b"w")
+        command = [sys.executable, str(Path(__file__).resolve()), "--role", "upstream", "--port", "{port}",
+                   "--startup-delay", "6"]
+        doc = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": "cold"},
+               "spec": {"backend": "llamacpp", "source": weights.resolve().as_uri(),
+                        "config": {"command": command, "healthPath": "/health"}}}
+        (directory / "models.yaml").write_text(json.dumps(doc) + "\n")
+        port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(src), "FLEXINFER_STATE_DIR": str(directory / "state"),
+               "PROXY_MAX_QUEUE_SIZE": str(count * 2), "PROXY_COLD_START_TIMEOUT": "120s"}
+        process = subprocess.Popen([sys.executable, "-m", "flexinfer.cli.main", "serve", "-f",
+                                    str(directory / "models.yaml"), "--port", str(port)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_listening(port, process)
+            time.sleep(0.5)
+            before = _rss_kib(process.pid)
+            result = asyncio.run(_flood(port, count, process.pid))
+        finally:
+            process.terminate()
+            process.wait(60)
+    statuses, ready_at, last_at, waiting_rss = result
+    print(f"{src}: {count} queued requests: serve RSS {before} KiB idle → {waiting_rss} KiB with all waiting "
+          f"({(waiting_rss - before) * 1024 / count:.0f} bytes each); statuses {statuses}; last answer "
+          f"{last_at - ready_at:.2f}s after Ready; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+async def _flood(port: int, count: int, pid: int) -> tuple[dict[int, int], float, float, int]:
+    body = json.dumps({"model": "cold", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
+               f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    statuses: dict[int, int] = {}
+    done: list[float] = []
+
+    async def one() -> None:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            answer = await reader.read()
+        except OSError:
+            statuses[-1] = statuses.get(-1, 0) + 1  # -1: connection refused or reset
+            return
+        status = int(answer.split(b" ", 2)[1]) if answer else 0
+        statuses[status] = statuses.get(status, 0) + 1
+        done.append(time.monotonic())
+        writer.close()
+
+    tasks = []
+    for _ in range(count):
+        tasks.append(asyncio.ensure_future(one()))
+        if len(tasks) % 100 == 0:
+            await asyncio.sleep(0.03)
+    await asyncio.sleep(1.0)
+    waiting_rss = _rss_kib(pid)
+    ready_at = 0.0
+    while not ready_at:
+        await asyncio.sleep(0.02)
+        status = await asyncio.to_thread(_model_phase, port)
+        if status == "Ready":
+            ready_at = time.monotonic()
+    await asyncio.gather(*tasks)
+    return statuses, ready_at, max(done), waiting_rss
+
+
+def _model_phase(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/status", timeout=30) as response:
+        return str(json.loads(response.read())["models"][0]["phase"])
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
-    parser.add_argument("--no-uvloop", action="store_true", help="plain asyncio loops only")
-    parser.add_argument("--only-uvloop", action="store_true", help="skip the plain-asyncio proxy run")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per scenario (median reported)")
+    parser.add_argument("--baseline-src", default="", help="a second `serve` from this source tree (A/B)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run the scenarios whose name contains this text (repeatable), e.g. 'sse' or 'c=64'")
+    parser.add_argument("--no-nginx", action="store_true", help="skip nginx even when installed")
     parser.add_argument("--litellm", default="", help="path to a `litellm` executable (separate venv)")
-    parser.add_argument("--role", choices=("upstream", "proxy"), help=argparse.SUPPRESS)
+    parser.add_argument("--queued", type=int, default=0,
+                        help="instead: N requests (one connection each) queued for a cold model; memory and drain time "
+                             "(of the --baseline-src tree when given)")
+    parser.add_argument("--startup-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=("upstream",), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 

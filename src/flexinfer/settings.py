@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from dotenv.parser import parse_stream
+
 Environment = Mapping[str, str]
 log = logging.getLogger("flexinfer.settings")
 
@@ -30,19 +32,18 @@ def environment() -> Environment:
 
 
 def read_env_file(path: str | Path) -> dict[str, str]:
-    """Parse a ``KEY=VALUE`` file (``#`` comments, optional quotes) such as ``flexinfer render --env-file``."""
+    """Parse a dotenv file such as ``flexinfer render --env-file`` (python-dotenv's grammar: ``#`` comments,
+    ``export``, single/double quotes with escapes, multi-line quoted values). Strict where python-dotenv only
+    logs: a line that is not ``KEY=VALUE`` is a ``ValueError`` naming ``path:line``. ``${VAR}`` is kept
+    literally (no interpolation), so a rendering never depends on the caller's shell."""
     values: dict[str, str] = {}
-    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):]
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key.strip()] = value
+    with Path(path).open(encoding="utf-8") as stream:
+        for binding in parse_stream(stream):
+            if binding.key is None and not binding.error:
+                continue  # blank line or comment
+            if binding.error or binding.key is None or binding.value is None:
+                text = binding.original.string  # starts with the blank lines before the statement
+                line = binding.original.line + text[:len(text) - len(text.lstrip())].count("\n")
+                raise ValueError(f"{path}:{line}: expected KEY=VALUE, got {text.strip()!r}")
+            values[binding.key] = binding.value
     return values

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Manifest, Model, load_manifests
 from flexinfer.api.errors import FieldProblem
+from flexinfer.assembly import event_loop
 from flexinfer.core.errors import ConfigError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.staging import stage
@@ -213,7 +214,7 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     dispatcher = Dispatcher(engine, models, policy=local.policy,
                             observer=_observer(registry, tracing, activity, lifecycle_log))
     engine.on_exit = dispatcher.model_exited
-    catalog = ManifestCatalog(models, lambda: {s.key: s.phase for s in dispatcher.snapshot()})
+    catalog = ManifestCatalog(models, dispatcher.phases)
     metrics = ProxyMetrics(registry, [m.key for m in models])
     reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics), installed=installed,
                                 base_dir=local.engine.base_dir, interval=watch_interval or DEFAULT_WATCH_INTERVAL)
@@ -306,8 +307,8 @@ def run_local(paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(_serve_until_signalled(paths, host, port, env if env is not None else environment(),
-                                           watch_interval))
+        event_loop.run(_serve_until_signalled(paths, host, port, env if env is not None else environment(),
+                                              watch_interval))
     except asyncio.CancelledError:
         return 130
     return 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Model
+from flexinfer.assembly import event_loop
 from flexinfer.core.errors import ConfigError
 from flexinfer.kube.connection import load_kubeconfig
 from flexinfer.kube.model_api import LightkubeModelApi
@@ -126,5 +127,5 @@ def run_proxy(host: str = "0.0.0.0", port: int = 8080, kubeconfig: str | None = 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(_proxy_until_signalled(host, port, kubeconfig, env if env is not None else environment()))
+    event_loop.run(_proxy_until_signalled(host, port, kubeconfig, env if env is not None else environment()))
     return 0

@@ -188,7 +188,9 @@ def render_markdown(parsers: dict[str, argparse.ArgumentParser], values_file: Pa
         "with a one-line message naming the variable (exit code 1); settings that guard access (auth, trust of",
         "incoming trace headers, which namespaces are served, where traffic goes) always fail closed this way.",
         "A *warning* keeps the default (the Go FlexInfer contract) and logs a WARNING naming the variable, the",
-        "value and the default; `flexinfer render --env-file` prints the same warning on stderr.",
+        "value and the default; `flexinfer render --env-file` prints the same warning on stderr. That file is",
+        "read as a dotenv file (quotes, `export`, `#` comments; no `${VAR}` expansion); a line that is not",
+        "`KEY=VALUE` is an error naming the file and line.",
     ]
     for component in COMPONENTS:
         titles = ", ".join(GROUPS[g].title for g in component.groups)

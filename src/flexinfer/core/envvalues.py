@@ -13,6 +13,14 @@ the variable's ``Policy``:
 Words: truthy ``1,true,yes,on``; falsy ``0,false,no,off`` (case-insensitive, trimmed). Empty or unset always
 means "the default". Pure (the caller passes the mapping and the sink); ``EnvVar`` is the documentation row
 each settings module keeps in its ``ENV_VARS`` table.
+
+Why not pydantic-settings: it validates a model all or nothing (one ``ValidationError`` for every bad
+field), while here each variable has its own policy (a ``FALLBACK`` value keeps the Go default with a
+warning while a ``GUARD`` value in the same snapshot fails closed, ``WHEN_ENABLED`` is checked only when its
+subsystem is on); expressing that takes a wrap validator per field plus the warn sink threaded through
+validation context, and its sources read ``os.environ`` where the core takes a snapshot. Its boolean words
+are wider than the documented ones (``t``/``y``/``f``/``n``) and Go durations and quantities need custom
+types anyway, so the result would not be smaller.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_incrementing
+
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE
@@ -106,22 +108,27 @@ class DemandSignal:
 
     async def _patch(self, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"
-        for attempt in range(1, self._attempts + 1):
-            moment = self._now()
-            try:
-                await self._report.write(namespace, name, {"lastActiveTime": rfc3339(moment)})
-            except KubeApiError as exc:
-                if exc.retriable and attempt < self._attempts:
-                    await asyncio.sleep(self._retry_delay * attempt)
-                    continue
-                if self._recent(key):
-                    log.info("demand write for %s failed (%s) but lastActiveTime is fresh", key, exc)
-                    return
-                raise EngineError(f"cannot signal demand for model {key}: {exc}") from None
-            self.patches += 1
-            self._last[key] = self._clock()
-            self._written[key] = moment
-            return
+        moment = self._now()
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    moment = self._now()
+                    await self._report.write(namespace, name, {"lastActiveTime": rfc3339(moment)})
+        except KubeApiError as exc:
+            if self._recent(key):
+                log.info("demand write for %s failed (%s) but lastActiveTime is fresh", key, exc)
+                return
+            raise EngineError(f"cannot signal demand for model {key}: {exc}") from None
+        self.patches += 1
+        self._last[key] = self._clock()
+        self._written[key] = moment
+
+    def _retrying(self) -> AsyncRetrying:
+        """Retriable API errors (conflict, 5xx) wait ``retry_delay`` times the attempt number; ``attempts`` in all."""
+        return AsyncRetrying(stop=stop_after_attempt(self._attempts),
+                             wait=wait_incrementing(start=self._retry_delay, increment=self._retry_delay),
+                             retry=retry_if_exception(lambda exc: isinstance(exc, KubeApiError) and exc.retriable),
+                             reraise=True)
 
     def _recent(self, key: str) -> bool:
         stamp = self._written.get(key)

@@ -38,6 +38,8 @@ class ManifestCatalog:
 
     def __init__(self, models: Iterable[Model], phases: PhaseLookup | None = None) -> None:
         self._models: dict[ModelKey, Model] = {}
+        self._views: dict[tuple[ModelKey, str], ModelView] = {}
+        """Views already built, per (key, phase): resolving a name on every request builds nothing."""
         self._index = EMPTY
         self._phases = phases or dict
         self.replace(models)
@@ -45,6 +47,7 @@ class ManifestCatalog:
     def replace(self, models: Iterable[Model]) -> None:
         """Use a new model list (manifest order decides between alias claimants)."""
         self._models = {m.key: m for m in models}
+        self._views = {}
         self._index = ModelIndex.build(self._models.values())
 
     def key(self, name: str) -> ModelKey | None:
@@ -57,10 +60,15 @@ class ManifestCatalog:
         return self._models.get(key) if key else None
 
     def resolve(self, name: str) -> ModelView | None:
-        model = self.model(name)
+        key = self.key(name)
+        model = self._models.get(key) if key else None
         if model is None:
             return None
-        return view(model, self._phases().get(model.key, "Idle"))
+        phase = self._phases().get(model.key, "Idle")
+        cached = self._views.get((model.key, phase))
+        if cached is None:
+            cached = self._views[(model.key, phase)] = view(model, phase)
+        return cached
 
     def models(self) -> Sequence[ModelView]:
         phases = self._phases()

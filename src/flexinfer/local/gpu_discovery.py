@@ -1,11 +1,11 @@
 """Optional GPU discovery: which AMD/NVIDIA GPUs this machine has, and which devices a model may see.
 
-Pure parsers for ``rocm-smi --showid --json`` and ``nvidia-smi --query-gpu=index,name,memory.total
---format=csv,noheader`` output; ``discover`` runs the tools that exist (bounded by a timeout, failures are
-"no GPUs"); ``device_env`` picks ``HIP_VISIBLE_DEVICES``/``CUDA_VISIBLE_DEVICES`` for a model, or returns a
-warning when the machine lacks the GPU the model names (the model still runs). Used by
-``flexinfer.local.engine``.
-"""
+Each vendor is asked through its Python binding when installed (``flexinfer.local.gpu_bindings``:
+``amdsmi``, ``pynvml``), else through its CLI tool: pure parsers for ``rocm-smi --showid --json`` and
+``nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader`` output; ``discover`` runs the
+tools that exist on ``path`` (bounded by a timeout, failures are "no GPUs"); ``device_env`` picks
+``HIP_VISIBLE_DEVICES``/``CUDA_VISIBLE_DEVICES`` for a model, or returns a warning when the machine lacks
+the GPU the model names (the model still runs). Used by ``flexinfer.local.engine``."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from flexinfer.api.model import Model
+from flexinfer.local.gpu_bindings import Gpu, amd_gpus, nvidia_gpus
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +28,6 @@ VISIBLE_DEVICES = {"amd": "HIP_VISIBLE_DEVICES", "nvidia": "CUDA_VISIBLE_DEVICES
 TOOL_TIMEOUT = 5.0
 _CARD = re.compile(r"^card(\d+)$")
 _NAME_KEYS = ("Card Series", "Device Name", "Card series", "Card model", "Card SKU", "GPU ID", "Device ID")
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One GPU: vendor (``amd``/``nvidia``), device index as the runtime numbers it, name, memory if known."""
-
-    vendor: str
-    index: int
-    name: str
-    memory_mb: int | None = None
 
 
 def parse_rocm_smi(text: str) -> list[Gpu]:
@@ -98,11 +89,12 @@ def device_env(model: Model, gpus: Sequence[Gpu]) -> DeviceChoice:
 
 async def run_tool(argv: Sequence[str], path: str | None, timeout: float = TOOL_TIMEOUT) -> str:
     """stdout of a discovery tool, or ``""`` if it is not installed, fails or hangs."""
-    if shutil.which(argv[0], path=path) is None:
+    executable = shutil.which(argv[0], path=path)
+    if executable is None:
         return ""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            executable, *argv[1:], stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
     except OSError:
@@ -119,9 +111,24 @@ async def run_tool(argv: Sequence[str], path: str | None, timeout: float = TOOL_
 
 
 async def discover(path: str | None = None) -> list[Gpu]:
-    """Every AMD and NVIDIA GPU the vendor tools report (an empty list when none are installed)."""
-    rocm, nvidia = await asyncio.gather(run_tool(ROCM_SMI, path), run_tool(NVIDIA_SMI, path))
-    return parse_rocm_smi(rocm) + parse_nvidia_smi(nvidia)
+    """Every AMD and NVIDIA GPU, each vendor through its binding or else its tool (empty when neither is there)."""
+    amd, nvidia = await asyncio.gather(ask_vendor(amd_gpus, ROCM_SMI, parse_rocm_smi, path),
+                                       ask_vendor(nvidia_gpus, NVIDIA_SMI, parse_nvidia_smi, path))
+    return amd + nvidia
+
+
+async def ask_vendor(binding: Callable[[], list[Gpu] | None], tool: Sequence[str],
+                     parse: Callable[[str], list[Gpu]], path: str | None) -> list[Gpu]:
+    """The binding's answer (in a thread, bounded by ``TOOL_TIMEOUT``), else the CLI tool's parsed output."""
+    try:
+        async with asyncio.timeout(TOOL_TIMEOUT):
+            found = await asyncio.to_thread(binding)
+    except TimeoutError:
+        log.warning("%s did not answer within %.0fs; trying %s", binding.__name__, TOOL_TIMEOUT, tool[0])
+        found = None
+    if found is not None:
+        return found
+    return parse(await run_tool(tool, path))
 
 
 class GpuInventory:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -233,6 +234,10 @@ class ProxyMetrics:
         self.registry = registry
         self._declared: set[str] = set()
         self._book = _SeriesBook()
+        self._hot: dict[tuple[str, str], tuple[Any, Any]] = {}
+        """The labelled children every request uses, per (model key, status) (status ``""``: the connections
+        gauge), so a request does no label lookup; cleared whenever the declared models change. Keys come
+        from the catalog, so the cache is as bounded as the series themselves."""
         per_model = ["model", "namespace"]
         self._requests = Counter("flexinfer_proxy_requests_total", "Proxied requests by final status.",
                                  [*per_model, "status"], registry=registry)
@@ -265,6 +270,7 @@ class ProxyMetrics:
     def declare_models(self, keys: Iterable[str]) -> None:
         """Set the declared model keys: new ones get zero series, dropped ones lose all their series."""
         wanted = set(keys) - {UNKNOWN_MODEL}
+        self._hot.clear()
         for gone in self._declared - wanted:
             self._book.forget(gone)
         for key in sorted(wanted - self._declared):
@@ -298,21 +304,36 @@ class ProxyMetrics:
         if model:
             self._book.note(model, metric, labels)
 
+    def _request_children(self, model: str | None, status: str) -> tuple[Any, Any]:
+        hot = self._hot.get((model or "", status))
+        if hot is None:
+            key = self._label(model)
+            labels = model_labels(key)
+            known = status if status in REQUEST_STATUSES else "error"
+            self._note(key, self._requests, (*labels, known))
+            self._note(key, self._duration, labels)
+            hot = self._hot[(model or "", status)] = (self._requests.labels(*labels, known),
+                                                      self._duration.labels(*labels))
+        return hot
+
+    def _connections_child(self, model: str) -> Any:
+        hot = self._hot.get((model, ""))
+        if hot is None:
+            key = self._label(model)
+            self._note(key, self._connections, model_labels(key))
+            hot = self._hot[(model, "")] = (self._connections.labels(*model_labels(key)), None)
+        return hot[0]
+
     def request_finished(self, model: str | None, status: str, seconds: float) -> None:
-        key = self._label(model)
-        status = status if status in REQUEST_STATUSES else "error"
-        self._note(key, self._requests, (*model_labels(key), status))
-        self._requests.labels(*model_labels(key), status).inc()
-        self._note(key, self._duration, model_labels(key))
-        self._duration.labels(*model_labels(key)).observe(seconds)
+        requests, duration = self._request_children(model, status)
+        requests.inc()
+        duration.observe(seconds)
 
     def connection_opened(self, model: str) -> None:
-        key = self._label(model)
-        self._note(key, self._connections, model_labels(key))
-        self._connections.labels(*model_labels(key)).inc()
+        self._connections_child(model).inc()
 
     def connection_closed(self, model: str) -> None:
-        self._connections.labels(*model_labels(self._label(model))).dec()
+        self._connections_child(model).dec()
 
     def wait_started(self, model: str) -> None:
         key = self._label(model)

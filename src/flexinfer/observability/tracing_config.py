@@ -13,6 +13,13 @@ Variables: ``FLEXINFER_OTEL_ENABLED`` (bool words, default off; ``OTEL_SDK_DISAB
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``/``_ARG``, ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``,
 ``_HEADERS``, ``_TIMEOUT`` (milliseconds, as the OpenTelemetry specification says), ``_COMPRESSION``,
 ``_CERTIFICATE``, ``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``, ``OTEL_EXPORTER_OTLP_PROTOCOL``, ``OTEL_BSP_*``.
+
+Why not the SDK's own ``OTEL_*`` handling: the exporter, batch processor, resource detector and sampler read
+``os.environ`` at construction (not a snapshot), and their bad-value behaviour differs per class: an
+unparsable ``OTEL_BSP_*`` logs a traceback and keeps the default, an unknown ``OTEL_TRACES_SAMPLER`` becomes
+``parentbased_always_on`` (FlexInfer refuses to start: a sampling choice is not guessed). Here every value is
+parsed once, with the FlexInfer policy, and passed to the SDK explicitly (which also keeps tracing free of
+process globals).
 """
 
 from __future__ import annotations

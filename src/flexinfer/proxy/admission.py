@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 
 from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import (
@@ -48,7 +48,8 @@ class _Wait:
 
     def __init__(self, model: ModelKey, metrics: ProxyMetrics, trace: RequestTrace) -> None:
         self._model, self._metrics, self._trace = model, metrics, trace
-        self.signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.signal: asyncio.Future[None] | None = None
+        """Set when an activation wait begins; created only for streaming requests (``Admission``)."""
         self.span: Span | None = None
         self.reason = ""
         self._since: float | None = None
@@ -68,7 +69,7 @@ class _Wait:
         self._activating, self.reason = time.monotonic(), reason
         self.span = self._trace.cold_start(self._model.name)
         self.span.set_attribute("flexinfer.activation", reason)
-        if not self.signal.done():
+        if self.signal is not None and not self.signal.done():
             self.signal.set_result(None)
 
     @property
@@ -98,21 +99,13 @@ class Admission:
         self._activator, self._metrics = activator, metrics
         self._timeout, self._interval = timeout, interval
 
-    @asynccontextmanager
-    async def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
-                    slots: ConcurrencyLimiter, parallel: int | None = None) -> AsyncIterator[Grant]:
-        """Hold one of ``slots``' places for ``model`` for the whole block and yield the activator's grant
-        (the caller releases it); with a ``reply`` (streaming request) send loading comments while a model
-        activates. A wait at either gate is one wait in the queue metrics."""
-        wait = _Wait(model, self._metrics, trace)
-        try:
-            async with slots.slot(model, self._timeout, parallel, wait.queued):
-                grant = await self._acquire(model, wait, reply)
-                wait.finish(None)
-                yield grant
-        except BaseException as error:
-            wait.finish(error)
-            raise
+    def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
+              slots: ConcurrencyLimiter, parallel: int | None = None) -> _Admitted:
+        """Hold one of ``slots``' places for ``model`` (``parallel``: the model's own capacity) for the whole
+        ``async with`` block and give the activator's grant (the caller releases it); with a ``reply``
+        (streaming request) send loading comments while a model activates. A wait at either gate is one wait
+        in the queue metrics."""
+        return _Admitted(self, model, trace, reply, slots=slots, parallel=parallel)
 
     async def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Grant:
         if reply is None:
@@ -120,6 +113,7 @@ class Admission:
         return await self._acquire_streaming(model, wait, reply)
 
     async def _acquire_streaming(self, model: ModelKey, wait: _Wait, reply: Reply) -> Grant:
+        wait.signal = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(self._activator.acquire(model, self._timeout, wait))
         try:
             await asyncio.wait((task, wait.signal), return_when=asyncio.FIRST_COMPLETED)
@@ -139,6 +133,42 @@ class Admission:
         while not task.done():
             await response.write(loading_comment(model.name, wait.elapsed))
             await asyncio.wait((task,), timeout=self._interval)
+
+
+class _Admitted:
+    """The ``async with`` of ``Admission.admit`` (a plain class: no generator frames per request)."""
+
+    __slots__ = ("_admission", "_model", "_parallel", "_reply", "_slot", "_slots", "_trace")
+
+    def __init__(self, admission: Admission, model: ModelKey, trace: RequestTrace, reply: Reply | None, *,
+                 slots: ConcurrencyLimiter, parallel: int | None) -> None:
+        self._admission, self._model, self._trace, self._reply, self._slots = admission, model, trace, reply, slots
+        self._parallel = parallel
+        self._slot: AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> Grant:
+        admission = self._admission
+        wait = _Wait(self._model, admission._metrics, self._trace)
+        slot = self._slots.slot(self._model, admission._timeout, self._parallel, wait.queued)
+        try:
+            await slot.__aenter__()
+        except BaseException as error:
+            wait.finish(error)
+            raise
+        try:
+            grant = await admission._acquire(self._model, wait, self._reply)
+        except BaseException as error:
+            wait.finish(error)
+            await slot.__aexit__(type(error), error, error.__traceback__)
+            raise
+        wait.finish(None)
+        self._slot = slot
+        return grant
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        assert self._slot is not None
+        await self._slot.__aexit__(kind, error, traceback)
 
 
 def _release_late_grant(task: asyncio.Future[Grant]) -> None:

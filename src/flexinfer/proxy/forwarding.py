@@ -1,31 +1,45 @@
 """The upstream call: send a request to a model server and relay its response without buffering.
 
-Chunks are written to the client as they arrive (``readany``); no compression is added or removed
-(``auto_decompress=False``). A client that goes away cancels the handler, which closes the upstream
-connection so the model server sees the disconnect. A model server that fails before answering is a 502
-``bad_gateway``; one that answers an error status (>= 400) becomes an OpenAI error with that status and its
-message, internals removed (``upstream_errors.py``); one that fails mid-body is reported through
-``Reply.fail`` (an SSE error event on streams). Used by ``handler.py``; ``app.py`` starts and closes the
-``Forwarder``'s client session.
+Chunks are written to the client as they arrive; no compression is added or removed. The HTTP client is
+``upstream_http.UpstreamPool`` (pooled keep-alive connections, one write per request). A client that goes
+away cancels the handler, which closes the upstream connection so the model server sees the disconnect. A
+model server that fails before answering is a 502 ``bad_gateway``; one that answers an error status (>= 400)
+becomes an OpenAI error with that status and its message, internals removed (``upstream_errors.py``); one
+that fails mid-body is reported through ``Reply.fail`` (an SSE error event on streams). Used by
+``handler.py``; ``app.py`` starts and closes the ``Forwarder``.
 """
 
 from __future__ import annotations
 
+import re
+import ssl
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
-import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from flexinfer.core.errors import UpstreamError
 from flexinfer.proxy.hooks import RequestTrace
+from flexinfer.proxy.request_ids import REQUEST_ID_HEADER
 from flexinfer.proxy.streaming import Reply
 from flexinfer.proxy.upstream_errors import MAX_ERROR_BODY, UpstreamStatusError, upstream_error
+from flexinfer.proxy.upstream_http import (
+    UpstreamBodyError,
+    UpstreamConnectionError,
+    UpstreamPool,
+    UpstreamResponse,
+)
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "host", "content-length",
 })
-_NOT_MIRRORED = HOP_BY_HOP | {"date", "server"}
+_NOT_MIRRORED = HOP_BY_HOP | {"date", "server", REQUEST_ID_HEADER.lower()}
+"""Not copied from the model server's answer: hop-by-hop, the proxy's own, and the request id (the proxy
+sets it on every reply; a server that echoes it must not make it appear twice)."""
+_MAX_ORIGINS = 1024
+_PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~:@!$&'()*+,;=?-]*")
 
 
 def upstream_headers(incoming: Mapping[str, str], drop: frozenset[str]) -> CIMultiDict[str]:
@@ -34,35 +48,44 @@ def upstream_headers(incoming: Mapping[str, str], drop: frozenset[str]) -> CIMul
     return CIMultiDict((k, v) for k, v in incoming.items() if k.lower() not in skipped)
 
 
-def _mirrored_headers(headers: CIMultiDictProxy[str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _NOT_MIRRORED}
+def request_target(path_and_query: str) -> str:
+    """The request line's target: the (decoded) path and query percent-encoded as an HTTP client would
+    (``yarl`` requoting); plain ASCII targets, the usual case, are used as they are."""
+    if _PLAIN_TARGET.fullmatch(path_and_query):
+        return path_and_query
+    return URL(path_and_query).raw_path_qs
+
+
+def _mirrored_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """The answer's end-to-end headers, looked up case-insensitively (servers such as uvicorn send
+    lower-case names; ``Reply`` reads ``Content-Type`` to know an event stream)."""
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_MIRRORED)
 
 
 class Forwarder:
     """One pooled HTTP client for all model servers."""
 
     def __init__(self, connect_timeout: float) -> None:
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=None)
-        self._session: aiohttp.ClientSession | None = None
+        self._connect_timeout = connect_timeout
+        self._pools: dict[bool, UpstreamPool] = {}
+        self._origins: dict[str, tuple[bool, str, int, str]] = {}
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(
-            connector=connector, timeout=self._timeout, auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
-        )
+        self._pools = {False: UpstreamPool(self._connect_timeout)}
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for pool in self._pools.values():
+            await pool.close()
+        self._pools = {}
 
-    async def relay(self, reply: Reply, *, method: str, url: str, headers: CIMultiDict[str], body: bytes,
-                    trace: RequestTrace) -> None:
-        """Send the request and stream the answer into ``reply``; raises ``UpstreamError`` on failure."""
-        span = trace.upstream(method, url, headers)
+    async def relay(self, reply: Reply, *, method: str, base_url: str, path: str, headers: CIMultiDict[str],
+                    body: bytes, trace: RequestTrace) -> None:
+        """Send the request to ``base_url`` + ``path`` and stream the answer into ``reply``; raises
+        ``UpstreamError`` on failure."""
+        origin = self._origin(base_url)
+        span = trace.upstream(method, base_url.rstrip("/") + path, headers)
         try:
-            upstream = await self._open(method, url, headers, body)
+            upstream = await self._open(origin, method, request_target(origin[3] + path), headers=headers, body=body)
         except UpstreamError as error:
             span.end(error=str(error))
             raise
@@ -80,45 +103,63 @@ class Forwarder:
         upstream.release()
         span.end(upstream.status)
 
-    async def _open(self, method: str, url: str, headers: CIMultiDict[str], body: bytes) -> aiohttp.ClientResponse:
-        assert self._session is not None, "Forwarder.start() was not awaited"
+    async def _open(self, origin: tuple[bool, str, int, str], method: str, target: str, *,
+                    headers: CIMultiDict[str], body: bytes) -> UpstreamResponse:
+        assert self._pools, "Forwarder.start() was not awaited"
+        secure, host, port, _ = origin
+        pool = self._pools.get(secure)
+        if pool is None:
+            pool = self._pools[secure] = UpstreamPool(self._connect_timeout, ssl.create_default_context())
         try:
-            return await self._session.request(method, url, headers=headers, data=body or None,
-                                               allow_redirects=False)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise UpstreamError(f"upstream unavailable ({type(exc).__name__})") from None
+            return await pool.request(method, host, port, target, headers=headers.items(), body=body)
+        except UpstreamConnectionError as exc:
+            raise UpstreamError(f"upstream unavailable ({exc})") from None
 
-    async def _copy(self, reply: Reply, upstream: aiohttp.ClientResponse) -> None:
+    def _origin(self, base_url: str) -> tuple[bool, str, int, str]:
+        """``(https, host, port, path prefix)`` of a model server's base URL (parsed once per URL)."""
+        cached = self._origins.get(base_url)
+        if cached is None:
+            parts = urlsplit(base_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise UpstreamError(f"upstream unavailable (unsupported endpoint {base_url!r})")
+            secure = parts.scheme == "https"
+            cached = (secure, parts.hostname, parts.port or (443 if secure else 80), parts.path.rstrip("/"))
+            if len(self._origins) >= _MAX_ORIGINS:
+                self._origins.clear()
+            self._origins[base_url] = cached
+        return cached
+
+    async def _copy(self, reply: Reply, upstream: UpstreamResponse) -> None:
         if reply.started and upstream.status != 200:
             raise UpstreamError(f"model server answered {upstream.status} on a stream already started")
         response = await reply.start_mirror(
             upstream.status, upstream.reason, _mirrored_headers(upstream.headers), upstream.content_length,
         )
-        reader = upstream.content
         while True:
             try:
-                chunk = await reader.readany()
-            except (aiohttp.ClientError, OSError):
+                chunk = await upstream.read()
+            except UpstreamBodyError:
                 raise UpstreamError("model server failed mid-response") from None
             if not chunk:
                 return
             await response.write(chunk)
 
 
-async def _relayed_error(upstream: aiohttp.ClientResponse) -> UpstreamStatusError:
+async def _relayed_error(upstream: UpstreamResponse) -> UpstreamStatusError:
     """The OpenAI error for an upstream error answer (its body read up to ``MAX_ERROR_BODY`` bytes)."""
     body = bytearray()
     try:
         while len(body) < MAX_ERROR_BODY:
-            chunk = await upstream.content.read(MAX_ERROR_BODY - len(body))
+            chunk = await upstream.read()
             if not chunk:
                 break
             body += chunk
-    except (aiohttp.ClientError, OSError):
+    except UpstreamBodyError:
         pass  # what arrived is enough for a message
     finally:
         upstream.close()
     headers = upstream.headers
-    return upstream_error(upstream.status, bytes(body), content_type=headers.get("Content-Type", ""),
+    return upstream_error(upstream.status, bytes(body[:MAX_ERROR_BODY]),
+                          content_type=headers.get("Content-Type", ""),
                           content_encoding=headers.get("Content-Encoding", ""),
                           retry_after=headers.get("Retry-After"))

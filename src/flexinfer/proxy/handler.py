@@ -179,9 +179,8 @@ class ProxyHandler:
         headers = upstream_headers(request.headers, self._dropped_headers)
         headers[REQUEST_ID_HEADER] = request[REQUEST_ID_KEY].value
         new_body = rewrite_body(body, routed.payload, view.served_model_name)
-        url = base_url.rstrip("/") + routed.upstream_path
-        await self._forwarder.relay(reply, method=request.method, url=url, headers=headers, body=new_body,
-                                    trace=trace)
+        await self._forwarder.relay(reply, method=request.method, base_url=base_url, path=routed.upstream_path,
+                                    headers=headers, body=new_body, trace=trace)
         await reply.finish()
 
     async def _read_body(self, request: web.Request) -> bytes:

@@ -6,19 +6,19 @@ field (``form_model.py``). None → 400 ``missing_required_field``. Every source
 an alias or ``namespace/name``; the catalog resolves them); in the path, ``/model/<namespace>/<name>/…``
 names a model by its key when the catalog confirms that key (``path_key_candidate``), else the first segment
 is the name. A JSON body is rewritten so its ``model`` is
-the backend's served model name; a form body is forwarded unchanged. Pure functions over bytes and strings;
+the backend's served model name (a byte-level splice, ``json_body.py``: the body is scanned once and never
+re-serialized); a form body is forwarded unchanged. Pure functions over bytes and strings;
 called by ``handler.py``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from flexinfer.core.errors import BadRequestError
 from flexinfer.proxy.form_model import form_boundary, form_field
+from flexinfer.proxy.json_body import JsonBody, NotJsonObject, scan, set_model
 
 MODEL_HEADER = "X-Model-ID"
 WORKLOAD_CLASS_HEADER = "X-FlexInfer-Internal-Workload-Class"
@@ -34,13 +34,14 @@ class RoutedRequest:
     source: str
     """``header``, ``path``, ``body`` (JSON) or ``form`` (multipart)."""
     upstream_path: str
-    payload: dict[str, Any] | None
-    """The JSON body when it is an object, else ``None`` (then the body is forwarded untouched)."""
+    payload: JsonBody | None
+    """The JSON body's top-level fields when it is an object, else ``None`` (then the body is forwarded
+    untouched)."""
 
     @property
     def streaming(self) -> bool:
         """True when the client asked for an SSE stream (``"stream": true``)."""
-        return bool(self.payload is not None and self.payload.get("stream") is True)
+        return bool(self.payload is not None and self.payload.stream is True)
 
 
 def route(headers: Mapping[str, str], path: str, query: str, body: bytes,
@@ -63,7 +64,7 @@ def route(headers: Mapping[str, str], path: str, query: str, body: bytes,
         if form_model:
             return RoutedRequest(form_model, "form", upstream_path, None)
     else:
-        body_model = payload.get("model") if payload is not None else None
+        body_model = payload.model if payload is not None else None
         if isinstance(body_model, str) and body_model.strip():
             return RoutedRequest(body_model.strip(), "body", upstream_path, payload)
     raise BadRequestError(
@@ -100,24 +101,24 @@ def split_model_prefix(path: str, path_key: str | None = None) -> tuple[str, str
     return "/" + rest if sep else "/", name
 
 
-def rewrite_body(body: bytes, payload: dict[str, Any] | None, served_model_name: str) -> bytes:
-    """The body with its ``model`` set to the served model name (unchanged when not a JSON object)."""
-    if payload is None or payload.get("model") == served_model_name:
+def rewrite_body(body: bytes, payload: JsonBody | None, served_model_name: str) -> bytes:
+    """The body with its ``model`` set to the served model name (unchanged when not a JSON object or when
+    it already names the served model)."""
+    if payload is None or payload.model == served_model_name:
         return body
-    return json.dumps({**payload, "model": served_model_name}, separators=(",", ":")).encode()
+    return set_model(body, payload, served_model_name)
 
 
-def _payload(body: bytes, required: bool) -> dict[str, Any] | None:
-    """Parse a JSON object body; a body that is not JSON is an error only when the model must come from it."""
+def _payload(body: bytes, required: bool) -> JsonBody | None:
+    """Scan a JSON object body; a body that is not JSON is an error only when the model must come from it."""
     stripped = body.lstrip()
     if not stripped.startswith(b"{"):
         if required and stripped:
             raise BadRequestError("request body is not a JSON object", param="model")
         return None
     try:
-        parsed = json.loads(body)
-    except ValueError:
+        return scan(body)
+    except NotJsonObject:
         if required:
             raise BadRequestError("request body is not valid JSON") from None
         return None
-    return parsed if isinstance(parsed, dict) else None

@@ -201,6 +201,10 @@ class Dispatcher:
     def next_wake(self) -> float | None:
         return self._arbiter.next_wake()
 
+    def phases(self) -> dict[str, str]:
+        """The current phase of every declared model (cheaper than ``snapshot`` for a per-request lookup)."""
+        return {key: slot.phase for key, slot in self._arbiter.slots.items()}
+
     def snapshot(self) -> list[ModelState]:
         """The current state of every declared model, sorted by key."""
         now = self._clock()

@@ -130,6 +130,18 @@ async def test_forbidden_is_not_retried() -> None:
         assert len(c.api.patch_failures) == 1
 
 
+async def test_cancelling_a_signal_during_the_retry_wait_stops_retrying() -> None:
+    async with cluster(model_body("m")) as c:
+        demand = DemandSignal(c.report, c.store, now=c.clock.now, clock=c.clock.mono, retry_delay=60.0)
+        c.api.patch_failures = [KubeApiError("conflict", 409), KubeApiError("never reached", 409)]
+        task = asyncio.create_task(demand.signal(c.model()))
+        await eventually(lambda: len(c.api.patch_failures) == 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(c.api.patch_failures) == 1 and demand.patches == 0
+
+
 async def test_keep_alive_patches_at_most_once_a_minute() -> None:
     async with cluster(model_body("m", phase="Ready")) as c:
         for _ in range(5):

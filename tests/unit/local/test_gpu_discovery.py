@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from flexinfer.local.gpu_discovery import Gpu, GpuInventory, device_env, parse_nvidia_smi, parse_rocm_smi
@@ -77,7 +79,9 @@ async def test_inventory_skips_discovery_for_cpu_models() -> None:
     assert inventory._gpus is None
 
 
-async def test_inventory_without_tools_finds_nothing() -> None:
+async def test_inventory_without_tools_finds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for binding in ("amdsmi", "pynvml"):
+        monkeypatch.setitem(sys.modules, binding, None)  # no bindings either, even on a GPU machine
     inventory = GpuInventory(path="/nonexistent")
     choice = await inventory.device_env(model("amd"))
     assert inventory._gpus == [] and choice.warning is not None

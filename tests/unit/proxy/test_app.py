@@ -207,3 +207,26 @@ async def test_shutdown_times_out_with_stuck_request(make_proxy, fake):
     await proxy.activator.wait_released(1)
     proxy.activator.assert_released_once()
     response.close()
+
+
+async def test_a_request_id_echoed_by_the_model_server_appears_once_with_the_proxys_value(make_proxy):
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def echo(request: web.Request) -> web.Response:  # llama.cpp's server echoes it, lower-cased
+        return web.json_response({"ok": True}, headers={"x-request-id": request.headers["X-Request-ID"] + "-echo"})
+
+    app = web.Application()
+    app.router.add_post(CHAT, echo)
+    upstream = TestServer(app)
+    await upstream.start_server()
+    try:
+        proxy = await make_proxy()
+        proxy.activator.base_url = str(upstream.make_url("")).rstrip("/")
+        request = proxy.session.post(proxy.url + CHAT, json={"model": "a"}, headers={"X-Request-ID": "abc"})
+        async with request as response:
+            assert response.status == 200
+            assert len(response.headers.getall("X-Request-ID")) == 1
+            assert not response.headers["X-Request-ID"].endswith("-echo")
+    finally:
+        await upstream.close()

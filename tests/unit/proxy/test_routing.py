@@ -66,7 +66,7 @@ def test_a_confirmed_key_in_the_path_names_the_model_else_the_first_segment_does
 
 
 def test_rewrite_body_sets_served_name_and_keeps_other_fields():
-    payload = json.loads(BODY)
+    payload = route({}, "/v1/chat/completions", "", BODY).payload
     rewritten = json.loads(rewrite_body(BODY, payload, "served"))
     assert rewritten == {"model": "served", "stream": True}
     assert rewrite_body(BODY, payload, "in-body") is BODY

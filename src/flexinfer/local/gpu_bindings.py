@@ -1,0 +1,106 @@
+"""GPU discovery through the vendors' Python bindings, when installed (the optional extras).
+
+``flexinfer[rocm]`` installs ``amdsmi`` (AMD SMI); ``flexinfer[nvidia]`` installs ``nvidia-ml-py`` (module
+``pynvml``, NVML). Each reader returns ``None`` when its binding is missing or cannot reach the driver
+library (no ROCm / NVIDIA driver on this machine), so ``flexinfer.local.gpu_discovery`` falls back to the
+CLI tools (``rocm-smi``, ``nvidia-smi``). Device indices are the ones the runtimes use in
+``HIP_VISIBLE_DEVICES`` (AMD SMI's ``hip_id``, else enumeration order) and ``CUDA_VISIBLE_DEVICES`` (the NVML
+index, as ``nvidia-smi`` numbers it). The calls block, so callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+AMD_BINDING = "amdsmi"
+NVIDIA_BINDING = "pynvml"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU: vendor (``amd``/``nvidia``), device index as the runtime numbers it, name, memory if known."""
+
+    vendor: str
+    index: int
+    name: str
+    memory_mb: int | None = None
+
+
+def load(name: str) -> ModuleType | None:
+    """The binding module, or ``None`` when it is not installed or fails to load (``amdsmi`` raises at
+    import time when ``libamd_smi.so`` is absent)."""
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        log.debug("GPU binding %s unavailable: %s", name, exc)
+        return None
+
+
+def amd_gpus() -> list[Gpu] | None:
+    """AMD GPUs through ``amdsmi``; ``None`` when the binding or the ROCm library is unavailable."""
+    smi = load(AMD_BINDING)
+    if smi is None:
+        return None
+    try:
+        smi.amdsmi_init()
+    except Exception as exc:
+        log.debug("amdsmi_init failed: %s", exc)
+        return None
+    try:
+        return sorted((_amd_gpu(smi, position, handle)
+                       for position, handle in enumerate(smi.amdsmi_get_processor_handles())),
+                      key=lambda gpu: gpu.index)
+    except Exception as exc:
+        log.warning("amdsmi could not list GPUs (%s); trying rocm-smi", exc)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            smi.amdsmi_shut_down()
+
+
+def _amd_gpu(smi: Any, position: int, handle: object) -> Gpu:
+    asic = smi.amdsmi_get_gpu_asic_info(handle)
+    name = str(asic.get("market_name") or "")
+    index = position
+    with contextlib.suppress(Exception):  # older amdsmi has no enumeration info
+        hip_id = smi.amdsmi_get_gpu_enumeration_info(handle).get("hip_id")
+        index = hip_id if isinstance(hip_id, int) else position
+    memory: int | None = None
+    with contextlib.suppress(Exception):
+        size = smi.amdsmi_get_gpu_vram_info(handle).get("vram_size")
+        memory = size if isinstance(size, int) and size > 0 else None
+    return Gpu("amd", index, name if name and name != "N/A" else f"AMD GPU {index}", memory)
+
+
+def nvidia_gpus() -> list[Gpu] | None:
+    """NVIDIA GPUs through NVML (``pynvml``); ``None`` when the binding or the driver library is unavailable."""
+    nvml = load(NVIDIA_BINDING)
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        log.debug("nvmlInit failed: %s", exc)
+        return None
+    try:
+        gpus = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            name = nvml.nvmlDeviceGetName(handle)
+            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            total = nvml.nvmlDeviceGetMemoryInfo(handle).total
+            gpus.append(Gpu("nvidia", index, name, int(total) // (1024 * 1024) if total else None))
+        return gpus
+    except Exception as exc:
+        log.warning("NVML could not list GPUs (%s); trying nvidia-smi", exc)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()

@@ -1,0 +1,118 @@
+"""The top-level fields the proxy needs from a JSON request body (``model``, ``stream``), found in one pass,
+and the byte-level rewrite of ``model``.
+
+``scan(body)`` walks the top-level object with the standard library's C scanner (``json`` decoder's
+``scan_once`` for each value, ``scanstring`` for each key): every value is validated as ``json.loads`` would,
+but only ``model`` and ``stream`` are kept, together with the byte span of the (last) ``model`` value.
+``set_model(body, fields, name)`` splices the new name into that span, so a prompt of any size is copied
+once and never re-serialized; ``json.loads`` of the result equals ``json.loads`` of the body with ``model``
+replaced (``tests/unit/proxy/test_json_body.py`` proves it with property tests). Bodies in UTF-16/32 or
+with a byte-order mark take the full-parse fallback (``json.loads`` + ``json.dumps``). Used by
+``routing.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_DECODER = json.JSONDecoder()
+_SCAN_VALUE: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+_SCAN_STRING: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_SPACE = re.compile(r"[ \t\n\r]*")
+_KEPT = ("model", "stream")
+
+
+class NotJsonObject(ValueError):
+    """The body is not one valid JSON object."""
+
+
+@dataclass(frozen=True, slots=True)
+class JsonBody:
+    """A JSON object body's ``model`` and ``stream`` values (``None`` when absent)."""
+
+    model: Any = None
+    stream: Any = None
+    model_span: tuple[int, int] | None = None
+    """Byte offsets of the last top-level ``model`` value (``None``: absent, or the fallback parse)."""
+    parsed: dict[str, Any] | None = None
+    """The whole object, only for the full-parse fallback."""
+
+
+def scan(body: bytes) -> JsonBody:
+    """The top-level fields of a JSON object body; ``NotJsonObject`` when it is not valid JSON or not an
+    object (``json.loads`` rules: surrounding whitespace allowed, duplicate keys → the last one counts)."""
+    if json.detect_encoding(body) != "utf-8":
+        return _fallback(body)
+    try:
+        text = body.decode("utf-8", "surrogatepass")
+        return _scan_text(text, body, len(text) == len(body))
+    except (ValueError, StopIteration, IndexError):
+        raise NotJsonObject("request body is not valid JSON") from None
+
+
+def _scan_text(text: str, body: bytes, ascii_only: bool) -> JsonBody:
+    found: dict[str, tuple[Any, int, int]] = {}
+    i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    if text[i] != "{":
+        raise NotJsonObject("request body is not a JSON object")
+    i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
+    if text[i] != "}":
+        while True:
+            if text[i] != '"':
+                raise NotJsonObject("expected a property name")
+            key, i = _SCAN_STRING(text, i + 1)
+            i = _SPACE.match(text, i).end()  # type: ignore[union-attr]
+            if text[i] != ":":
+                raise NotJsonObject("expected ':'")
+            start = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
+            value, i = _SCAN_VALUE(text, start)
+            if key in _KEPT:
+                found[key] = (value, start, i)
+            i = _SPACE.match(text, i).end()  # type: ignore[union-attr]
+            if text[i] == "}":
+                break
+            if text[i] != ",":
+                raise NotJsonObject("expected ',' or '}'")
+            i = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
+    if _SPACE.match(text, i + 1).end() != len(text):  # type: ignore[union-attr]
+        raise NotJsonObject("extra data after the JSON object")
+    model = found.get("model")
+    span = None
+    if model is not None:
+        _, start, end = model
+        span = (start, end) if ascii_only else _byte_span(text, start, end)
+    return JsonBody(model=model[0] if model else None, stream=found["stream"][0] if "stream" in found else None,
+                    model_span=span)
+
+
+def _byte_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """UTF-8 byte offsets of ``text[start:end]`` (only for bodies with non-ASCII characters)."""
+    byte_start = len(text[:start].encode("utf-8", "surrogatepass"))
+    return byte_start, byte_start + len(text[start:end].encode("utf-8", "surrogatepass"))
+
+
+def _fallback(body: bytes) -> JsonBody:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise NotJsonObject("request body is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise NotJsonObject("request body is not a JSON object")
+    return JsonBody(model=parsed.get("model"), stream=parsed.get("stream"), parsed=parsed)
+
+
+def set_model(body: bytes, fields: JsonBody, name: str) -> bytes:
+    """``body`` with its top-level ``model`` set to ``name`` (added when absent)."""
+    if fields.parsed is not None:
+        return json.dumps({**fields.parsed, "model": name}, separators=(",", ":")).encode()
+    value = json.dumps(name).encode()
+    if fields.model_span is not None:
+        start, end = fields.model_span
+        return b"".join((body[:start], value, body[end:]))
+    opening = body.index(b"{") + 1
+    return b"".join((body[:opening], b'"model":', value, b"," if body[opening:].strip()[:1] != b"}" else b"",
+                     body[opening:]))

@@ -1,0 +1,194 @@
+"""The proxy's upstream HTTP client against scripted servers on real sockets, on asyncio's loop and uvloop:
+keep-alive reuse, streaming without coalescing, body framings, interim answers, stale connections, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+
+from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError, UpstreamPool
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Upstream"], Awaitable[None]]
+
+
+class Upstream:
+    """A raw TCP server running ``script`` per connection and recording the request heads it read."""
+
+    def __init__(self, script: Script) -> None:
+        self.script, self.connections, self.heads, self.bodies = script, 0, [], []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> Upstream:
+        self.server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.script(reader, writer, self)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> str:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        self.heads.append(head)
+        length = next((int(line.split(":")[1]) for line in head.split("\r\n")
+                       if line.lower().startswith("content-length:")), 0)
+        self.bodies.append(await reader.readexactly(length))
+        return head
+
+
+def on_both_loops(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str], None]:
+    @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+    def run(loop: str) -> None:
+        (uvloop.run if loop == "uvloop" else asyncio.run)(asyncio.wait_for(test(), 20))
+
+    run.__name__ = test.__name__
+    return run
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+async def fetch(pool: UpstreamPool, port: int, method: str = "POST", body: bytes = b"{}") -> tuple[int, bytes]:
+    response = await pool.request(method, "127.0.0.1", port, "/v1/chat/completions?x=1",
+                                  headers=[("X-Request-ID", "r1")], body=body)
+    data = b""
+    while chunk := await response.read():
+        data += chunk
+    response.release()
+    return response.status, data
+
+
+@on_both_loops
+async def test_keep_alive_connections_are_reused_and_requests_arrive_intact() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        while True:
+            await up.read_request(reader)
+            writer.write(OK)
+
+    big = b'{"p":"' + b"a" * 1_000_000 + b'"}'
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0)
+        assert await fetch(pool, up.port) == (200, b"{}")
+        assert await fetch(pool, up.port, body=big) == (200, b"{}")
+        await pool.close()
+    assert up.connections == 1
+    assert up.heads[0].startswith("POST /v1/chat/completions?x=1 HTTP/1.1\r\n")
+    assert f"Host: 127.0.0.1:{up.port}\r\n" in up.heads[0] and "X-Request-ID: r1\r\n" in up.heads[0]
+    assert up.bodies == [b"{}", big]
+
+
+@on_both_loops
+async def test_a_chunked_stream_is_handed_over_chunk_by_chunk_as_it_arrives() -> None:
+    release = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"7\r\ndata: 1\r\n")
+        await release.wait()  # the second chunk is only sent once the first was read
+        writer.write(b"7\r\ndata: 2\r\n0\r\n\r\n")
+        await reader.read()
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0)
+        response = await pool.request("POST", "127.0.0.1", up.port, "/", headers=[], body=b"{}")
+        assert response.headers["Content-Type"] == "text/event-stream" and response.content_length is None
+        assert await response.read() == b"data: 1"
+        release.set()
+        assert await response.read() == b"data: 2"
+        assert await response.read() == b""
+        response.release()
+        await pool.close()
+
+
+@on_both_loops
+async def test_eof_delimited_bodies_interim_answers_and_head_requests() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        head = await up.read_request(reader)
+        if head.startswith("HEAD"):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+            await reader.read()
+        elif "interim" in head:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + OK)
+            await reader.read()
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0)
+        assert await fetch(pool, up.port) == (200, b"until the end")
+        assert await fetch(pool, up.port, method="HEAD", body=b"") == (200, b"")
+        response = await pool.request("POST", "127.0.0.1", up.port, "/interim", headers=[], body=b"{}")
+        assert (response.status, await response.read()) == (200, b"{}")
+        response.release()
+        await pool.close()
+    assert up.connections == 3  # none of these answers leaves a reusable connection but the last
+
+
+@on_both_loops
+async def test_a_keep_alive_connection_closed_by_the_server_is_replaced_transparently() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(OK)
+        await writer.drain()  # then close without saying so (an idle timeout on the model server)
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0)
+        for _ in range(3):
+            assert await fetch(pool, up.port) == (200, b"{}")
+        await pool.close()
+    assert up.connections == 3 and len(up.bodies) == 3
+
+
+@on_both_loops
+async def test_failures_before_and_during_the_body_are_told_apart() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b")
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0)
+        response = await pool.request("POST", "127.0.0.1", up.port, "/", headers=[], body=b"{}")
+        with pytest.raises(UpstreamBodyError):
+            while await response.read():
+                pass
+        response.close()
+        port = up.port
+    with pytest.raises(UpstreamConnectionError):
+        await pool.request("POST", "127.0.0.1", port, "/", headers=[], body=b"{}")
+    await pool.close()
+
+
+async def test_a_stream_with_lower_case_headers_still_ends_with_an_sse_error_event_when_cut(make_proxy):
+    """Servers such as uvicorn send lower-case header names; the reply must still know it is an event stream."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     b"d\r\ndata: first\n\n\r\n")
+        await writer.drain()  # then the server dies mid-stream
+
+    async with Upstream(script) as up:
+        proxy = await make_proxy()
+        proxy.activator.base_url = f"http://127.0.0.1:{up.port}"
+        request = proxy.session.post(proxy.url + "/v1/chat/completions", json={"model": "alpha", "stream": True})
+        async with request as response:
+            body = await response.content.read()
+    events = [event for event in body.decode().split("\n\n") if event]
+    assert events[0] == "data: first"
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "bad_gateway"
