@@ -11,6 +11,7 @@ SIGTERM. On: ``serve``/``proxy`` export a ``proxy.handle_request`` span for a re
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -52,9 +53,10 @@ def free_port() -> int:
 
 
 def child_env(extra: Mapping[str, str], **more: str) -> dict[str, str]:
-    """``os.environ`` without any ``OTEL_*``/``FLEXINFER_OTEL_*`` variable, plus ``extra``."""
+    """``os.environ`` without any ``OTEL_*``/``FLEXINFER_OTEL_*`` variable, plus ``extra`` (tests importable, ahead
+    of an inherited ``PYTHONPATH``, which stays so the child runs the same ``flexinfer`` as the test)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FLEXINFER_OTEL_"))}
-    env["PYTHONPATH"] = str(TESTS_DIR)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
     return {**env, **extra, **more}
 
 
@@ -158,10 +160,14 @@ def test_proxy_starts_with_tracing_off_and_garbage_otel_env(kube_testbed: KubeTe
 
 def test_proxy_starts_with_tracing_on_and_exports(kube_testbed: KubeTestbed, namespace: str,
                                                   commands: list[CliProcess], receiver: OTLPReceiver) -> None:
-    proxy = start_proxy(kube_testbed, namespace, tracing_on(receiver), commands)
+    proxy = start_proxy(kube_testbed, namespace, {**tracing_on(receiver), "FLEXINFER_LOG_FORMAT": "json"}, commands)
     assert post_unknown_model(proxy.url) == 404
     span = wait_for_span(receiver, "proxy.handle_request", **{"http.response.status_code": 404})
     assert (span.resource["service.name"], span.resource["service.namespace"]) == ("flexinfer-proxy", "startup")
+    # the access line, in JSON, carries the request span's ids
+    access = next((json.loads(line) for line in proxy.output if '"flexinfer.access"' in line), None)
+    assert access is not None, proxy.log
+    assert (access["status"], access["trace_id"], access["span_id"]) == (404, span.trace_id, span.span_id)
     assert proxy.stop() == 0, proxy.log
 
 
@@ -191,7 +197,8 @@ def test_manager_starts_with_tracing_off_and_garbage_otel_env(kube_testbed: Kube
 def test_manager_starts_with_tracing_on_and_exports_reconcile_spans(
     kube_testbed: KubeTestbed, namespace: str, commands: list[CliProcess], receiver: OTLPReceiver,
 ) -> None:
-    manager = start_manager(kube_testbed, namespace, tracing_on(receiver), commands)
+    manager = start_manager(kube_testbed, namespace, {**tracing_on(receiver), "FLEXINFER_LOG_FORMAT": "json"},
+                            commands)
     model = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
              "metadata": {"name": "traced", "namespace": namespace},
              "spec": {"backend": "vllm", "source": "HF://org/model"}}
@@ -200,6 +207,8 @@ def test_manager_starts_with_tracing_on_and_exports_reconcile_spans(
     assert span.attributes["controller"] == "model"
     assert (span.resource["service.name"], span.resource["service.namespace"]) == ("flexinfer-manager", "startup")
     assert manager.stop() == 0, manager.log
+    lines = [json.loads(line) for line in manager.output]  # --log-format json from FLEXINFER_LOG_FORMAT: all JSON
+    assert any(line["logger"].startswith("flexinfer.") and line["level"] == "INFO" for line in lines)
 
 
 # ---------------------------------------------------------------- flexinfer flash-load

@@ -58,8 +58,9 @@ class ServeProcess(CliProcess):
     """A running ``flexinfer serve`` child."""
 
     @classmethod
-    def start(cls, manifests: Path, env: Mapping[str, str], timeout: float = 60.0) -> ServeProcess:
-        serve = cls(["serve", "-f", str(manifests), "--port", "0"], env)
+    def start(cls, manifests: Path, env: Mapping[str, str], timeout: float = 60.0,
+              extra: Sequence[str] = ()) -> ServeProcess:
+        serve = cls(["serve", "-f", str(manifests), "--port", "0", *extra], env)
         try:
             serve.listening(timeout)
         except AssertionError:

@@ -33,3 +33,16 @@ async def poll_until(probe: Callable[[], Awaitable[T]], timeout: float, what: st
             return last
         await asyncio.sleep(0.02)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}: last={last!r}")
+
+
+def wait_until(probe: Callable[[], T], timeout: float, message: str = "") -> T:
+    """Blocking form for tests that drive child processes: poll ``probe`` every 20 ms until it returns a truthy
+    value (returned); ``AssertionError`` with ``message`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or probe}")
+        time.sleep(0.02)

@@ -50,6 +50,20 @@ Proxy only: FLEXINFER_OTEL_TRUST_INCOMING=false whenever observability.tracing.t
 with tracing on or off: with tracing off the proxy still strips the clients' traceparent/tracestate/baggage
 before forwarding (docs/tracing.md). Nothing for the default (true, the program's default too).
 */}}
+{{/* Log settings of one component: pass its values block (`controller` or `proxy`); accessLog only for the proxy. */}}
+{{- define "flexinfer.env.logging" -}}
+{{- with .logging }}
+- name: FLEXINFER_LOG_LEVEL
+  value: {{ .level | default "INFO" | quote }}
+- name: FLEXINFER_LOG_FORMAT
+  value: {{ .format | default "text" | quote }}
+{{- if hasKey . "accessLog" }}
+- name: FLEXINFER_ACCESS_LOG
+  value: {{ .accessLog | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "flexinfer.env.proxyTracing" -}}
 {{- if not .Values.observability.tracing.trustIncoming }}
 - name: FLEXINFER_OTEL_TRUST_INCOMING

@@ -8,6 +8,11 @@ name the file and line too; ``load_paths`` is the same without the records (the 
 already holds (the manager's and the proxy's watches): a quantity or duration FlexInfer cannot parse —
 written before the CRD carried its ``pattern`` — is dropped, so the next layer or the default applies, and
 returned as a problem to report; every other problem still raises.
+
+A path ``-`` reads standard input. A ``kind: List`` document (``kubectl get -o yaml``) contributes its
+``items``. An object of a kind outside ``ai.flexinfer`` (a ConfigMap kept beside the manifests) is an error
+naming its file, line and kind, unless the caller passes a ``skipped`` list: then it is recorded there and
+left out. Unknown kinds inside ``ai.flexinfer`` are always errors (a typo must not be skipped silently).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +46,9 @@ KINDS: dict[tuple[str, str], type[Resource]] = {
     ("ai.flexinfer/v1alpha1", "ModelDemand"): ModelDemand,
 }
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+API_GROUP = "ai.flexinfer"
+STDIN = "-"
+SKIP_HINT = "--skip-unknown-kinds leaves out objects of other kinds"
 
 
 Lines = Mapping[tuple[str, ...], int]
@@ -183,8 +192,9 @@ def _drop(doc: dict[str, Any], loc: tuple[int | str, ...]) -> None:
     del node[loc[-1]]
 
 
-def parse_manifests(text: str, source: str = "") -> list[Manifest]:
-    """Parse a multi-document YAML text; collect the problems of every document before raising."""
+def parse_manifests(text: str, source: str = "", skipped: list[FieldProblem] | None = None) -> list[Manifest]:
+    """Parse a multi-document YAML text; collect the problems of every document before raising. Objects of
+    other API groups are recorded in ``skipped`` and left out when it is given (errors otherwise)."""
     docs: list[tuple[Any, yaml.Node]] = []
     loader = yaml.SafeLoader(text)
     try:
@@ -201,10 +211,18 @@ def parse_manifests(text: str, source: str = "") -> list[Manifest]:
         loader.dispose()
     manifests: list[Manifest] = []
     problems: list[FieldProblem] = []
-    for index, (doc, node) in enumerate(docs):
+    for index, doc, node in _objects(docs):
         if doc is None:
             continue
         lines = node_lines(node)
+        foreign = _foreign_kind(doc)
+        if foreign is not None:
+            found = FieldProblem("kind", f"{foreign} is not a FlexInfer kind", source, index, lines.get(("kind",)))
+            if skipped is not None:
+                skipped.append(found)
+            else:
+                problems.append(dataclasses.replace(found, message=f"{found.message} ({SKIP_HINT})"))
+            continue
         try:
             manifests.append(Manifest(parse_resource(doc, source, index, lines), source, index, lines))
         except InvalidResourceError as exc:
@@ -212,6 +230,29 @@ def parse_manifests(text: str, source: str = "") -> list[Manifest]:
     if problems:
         raise InvalidResourceError(problems)
     return manifests
+
+
+def _objects(docs: list[tuple[Any, yaml.Node]]) -> Iterable[tuple[int, Any, yaml.Node]]:
+    """(document index, object, node) of every object; a ``kind: List`` yields its items."""
+    for index, (doc, node) in enumerate(docs):
+        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else None
+        if not isinstance(items, list) or not isinstance(node, yaml.MappingNode):
+            yield index, doc, node
+            continue
+        items_node = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "items"), None)
+        nodes = items_node.value if isinstance(items_node, yaml.SequenceNode) else []
+        for item, item_node in zip(items, nodes, strict=False):
+            yield index, item, item_node
+
+
+def _foreign_kind(doc: Any) -> str | None:
+    """``"ConfigMap (v1)"`` for an object outside the ``ai.flexinfer`` API group, else ``None``."""
+    if not isinstance(doc, dict) or not doc.get("kind"):
+        return None
+    api_version = str(doc.get("apiVersion", ""))
+    if api_version.split("/", maxsplit=1)[0] == API_GROUP:
+        return None
+    return f"{doc['kind']} ({api_version or 'no apiVersion'})"
 
 
 def parse_documents(text: str, source: str = "") -> list[Resource]:
@@ -224,7 +265,9 @@ def manifest_files(paths: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if str(raw) == STDIN:
+            files.append(path)
+        elif path.is_dir():
             files.extend(sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file()))
         elif path.exists():
             files.append(path)
@@ -233,19 +276,21 @@ def manifest_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def load_manifests(paths: Sequence[str | Path]) -> list[Manifest]:
-    """Load every resource under ``paths`` with where it was written; raise one error listing every problem in
-    every file (a resource defined twice names both places)."""
+def load_manifests(paths: Sequence[str | Path], skipped: list[FieldProblem] | None = None) -> list[Manifest]:
+    """Load every resource under ``paths`` (``-``: standard input) with where it was written; raise one error
+    listing every problem in every file (a resource defined twice names both places). ``skipped``: see the
+    module docstring."""
     manifests: list[Manifest] = []
     problems: list[FieldProblem] = []
     for file in manifest_files(paths):
+        source = "<stdin>" if str(file) == STDIN else str(file)
         try:
-            text = file.read_text(encoding="utf-8")
+            text = sys.stdin.read() if str(file) == STDIN else file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            problems.append(FieldProblem("", f"cannot read: {exc}", source=str(file)))
+            problems.append(FieldProblem("", f"cannot read: {exc}", source=source))
             continue
         try:
-            manifests.extend(parse_manifests(text, str(file)))
+            manifests.extend(parse_manifests(text, source, skipped))
         except InvalidResourceError as exc:
             problems.extend(exc.problems)
     problems.extend(_duplicate_problems(manifests))

@@ -27,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Manifest, Model, load_manifests
+from flexinfer.api.errors import FieldProblem
 from flexinfer.assembly import event_loop
 from flexinfer.core.errors import ConfigError
 from flexinfer.flashloader.config import StageSettings
@@ -38,6 +39,7 @@ from flexinfer.local.engine import LocalEngine
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
 from flexinfer.local.validation import check_manifests
+from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
 from flexinfer.observability.tracing import (
     Tracing,
@@ -74,8 +76,12 @@ async def flash_stage(model: Model, src: Path, dst: Path) -> None:
 
 
 def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
-    """The Model manifests under ``paths``; ``ConfigError`` when there are none."""
-    manifests = [m for m in load_manifests(paths) if isinstance(m.resource, Model)]
+    """The Model manifests under ``paths``; ``ConfigError`` when there are none. Objects of other API groups
+    (a ConfigMap beside the manifests) are left out with a warning naming file:line and kind."""
+    skipped: list[FieldProblem] = []
+    manifests = [m for m in load_manifests(paths, skipped) if isinstance(m.resource, Model)]
+    for problem in skipped:
+        log.warning("skipped %s", problem)
     if not manifests:
         raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in paths)}")
     return manifests
@@ -148,8 +154,9 @@ class LocalServer:
         return self.engine.settings.close_grace + HURRY_SLACK
 
 
-def _observer(registry: CollectorRegistry, tracing: Tracing, activity: ActivityLog) -> LifecycleObserver:
-    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), activity]
+def _observer(registry: CollectorRegistry, tracing: Tracing, activity: ActivityLog,
+              lifecycle_log: LifecycleLog) -> LifecycleObserver:
+    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), activity, lifecycle_log]
     if tracing.enabled:
         observers.append(TracingObserver(tracing))
     return ObserverGroup(observers)
@@ -203,7 +210,9 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage)
     engine.reap_leftovers()
     activity = ActivityLog()
-    dispatcher = Dispatcher(engine, models, policy=local.policy, observer=_observer(registry, tracing, activity))
+    lifecycle_log = LifecycleLog(lambda key: dispatcher.state(key))  # noqa: PLW0108 (dispatcher is built next)
+    dispatcher = Dispatcher(engine, models, policy=local.policy,
+                            observer=_observer(registry, tracing, activity, lifecycle_log))
     engine.on_exit = dispatcher.model_exited
     catalog = ManifestCatalog(models, dispatcher.phases)
     metrics = ProxyMetrics(registry, [m.key for m in models])

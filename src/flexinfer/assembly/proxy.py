@@ -23,6 +23,7 @@ from flexinfer.kube.connection import load_kubeconfig
 from flexinfer.kube.model_api import LightkubeModelApi
 from flexinfer.kube.model_watch import ModelStore
 from flexinfer.kube.proxy_side import ClusterSide, cluster_proxy_settings
+from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import ProxyMetrics
 from flexinfer.observability.tracing import (
     Tracing,
@@ -82,7 +83,8 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)
     activity = ActivityLog()
-    observers: list[LifecycleObserver] = [activity, *([TracingObserver(tracing)] if tracing.enabled else [])]
+    observers: list[LifecycleObserver] = [activity, LifecycleLog(lambda key: side.dispatcher.state(key)),  # noqa: PLW0108
+                                          *([TracingObserver(tracing)] if tracing.enabled else [])]
     side = ClusterSide(api, settings, observer=ObserverGroup(observers))
     try:
         await side.start()

@@ -23,8 +23,9 @@ from flexinfer.flashloader import config as flash_config
 from flexinfer.kube import config as manager_settings
 from flexinfer.kube import proxy_side
 from flexinfer.local import config as local_settings
-from flexinfer.observability import tracing_config
+from flexinfer.observability import logging_config, tracing_config
 from flexinfer.proxy import config as proxy_settings
+from flexinfer.proxy import listen_config
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ GROUPS: dict[str, EnvGroup] = {
     "local": EnvGroup("Local engine and swap policy", local_settings.ENV_VARS),
     "proxy": EnvGroup("Proxy", proxy_settings.ENV_VARS),
     "tracing": EnvGroup("Tracing (OpenTelemetry)", tracing_config.ENV_VARS),
+    "logging": EnvGroup("Logging", logging_config.ENV_VARS),
+    "listen": EnvGroup("Listen address", listen_config.ENV_VARS),
     "manager": EnvGroup("Manager", manager_settings.ENV_VARS),
     "defaults": EnvGroup("Controller defaults (Helm `controller.runtime`)", controller_defaults.ENV_VARS),
     "cluster": EnvGroup("In-cluster proxy", proxy_side.ENV_VARS),
@@ -62,9 +65,10 @@ class Component:
 
 COMPONENTS: tuple[Component, ...] = (
     Component("serve", "Single-machine mode: local model servers behind the proxy (the default engine).",
-              ("local", "proxy", "tracing"), SERVE_PROXY_DEFAULTS),
-    Component("manager", "The Kubernetes operator.", ("manager", "defaults", "tracing")),
-    Component("proxy", "The in-cluster OpenAI-compatible proxy.", ("cluster", "proxy", "tracing")),
+              ("local", "proxy", "tracing", "logging", "listen"), SERVE_PROXY_DEFAULTS),
+    Component("manager", "The Kubernetes operator.", ("manager", "defaults", "tracing", "logging")),
+    Component("proxy", "The in-cluster OpenAI-compatible proxy.", ("cluster", "proxy", "tracing", "logging", "listen"),
+              {listen_config.HOST: "0.0.0.0"}),
     Component("flash-load", "The weight-staging program (the `flash-loader` init container).", ("flash",)),
 )
 

@@ -1,5 +1,5 @@
-"""A small blocking client for the admin API of a running ``flexinfer serve`` (used by ``flexinfer status``
-and ``flexinfer logs``). Failures become one-line ``FlexInferError`` messages."""
+"""A small blocking client for the admin API of a running ``flexinfer serve`` (used by ``flexinfer status``,
+``logs``, ``load`` and ``unload``). Failures become one-line ``FlexInferError`` messages."""
 
 from __future__ import annotations
 
@@ -26,9 +26,20 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 def get_json(args: argparse.Namespace, path: str, query: dict[str, str] | None = None) -> Any:
     """GET ``path`` from the admin API; the decoded JSON body."""
+    return call_json(args, "GET", path, query)
+
+
+def post_json(args: argparse.Namespace, path: str, query: dict[str, str] | None = None) -> Any:
+    """POST (no body) to ``path`` of the admin API; the decoded JSON body."""
+    return call_json(args, "POST", path, query)
+
+
+def call_json(args: argparse.Namespace, method: str, path: str, query: dict[str, str] | None = None) -> Any:
+    """One admin API call; the decoded JSON body (``FlexInferError`` with the server's message otherwise)."""
     url = base_url(args.url) + path + ("?" + urllib.parse.urlencode(query) if query else "")
     token = args.token if args.token is not None else environment().get("PROXY_AUTH_TOKEN", "")
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(url, method=method,
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             return json.loads(response.read())

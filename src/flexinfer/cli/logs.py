@@ -1,17 +1,22 @@
-"""``flexinfer logs MODEL [--tail N] [--url URL]``: the captured output of a model's server, from a running
-``flexinfer serve`` (kept across restarts and crashes, so a failed start can be diagnosed). A model that has
-not run since ``serve`` started is an error saying so (exit 1)."""
+"""``flexinfer logs MODEL [--tail N] [--since 10m] [-f] [--url URL]``: the captured output of a model's server,
+from a running ``flexinfer serve`` (kept across restarts and crashes, so a failed start can be diagnosed).
+``--since`` keeps the lines written in that last duration; ``-f/--follow`` keeps printing new lines until
+Ctrl-C (exit 0) or until ``serve`` goes away (exit 1). A model that has not run since ``serve`` started is an
+error saying so (exit 1), except with ``--follow``, which waits for its first output."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 import urllib.parse
 from typing import Any
 
 from flexinfer.api.errors import FlexInferError
 from flexinfer.cli.admin_client import add_connection_arguments, get_json
-from flexinfer.cli.arguments import int_at_least
+from flexinfer.cli.arguments import duration, int_at_least
+
+FOLLOW_POLL_SECONDS = 0.5
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -21,18 +26,43 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("model", help="model name, alias or namespace/name")
     parser.add_argument("--tail", type=int_at_least(0), default=200, metavar="N", help="lines to show (default 200)")
+    parser.add_argument("--since", type=duration, default=None, metavar="DURATION",
+                        help="only lines written in this last duration (e.g. 10m, 1h)")
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     add_connection_arguments(parser)
     return parser
 
 
+def _window(args: argparse.Namespace, after: int | None) -> dict[str, Any]:
+    query = {"tail": str(args.tail)} if after is None else {"after": str(after)}
+    if args.since is not None and after is None:
+        query["since"] = str(args.since)
+    path = "/admin/models/" + urllib.parse.quote(args.model, safe="/") + "/logs"
+    return dict(get_json(args, path, query))
+
+
 def run(args: argparse.Namespace) -> int:
-    path = "/admin/logs/" + urllib.parse.quote(args.model, safe="/")
-    body = get_json(args, path, {"tail": str(args.tail)})
-    if body.get("started") is False:
+    body = _window(args, None)
+    if body.get("started") is False and not args.follow:
         raise FlexInferError(f"model {body['model']} has not run since this `flexinfer serve` started, so there is "
                              "no output to show (a request to it starts it; `flexinfer status` shows its phase)")
-    if not body["lines"] and args.tail:
+    if not body["lines"] and args.tail and not args.follow:
         print(f"flexinfer logs: model {body['model']} has written no output yet", file=sys.stderr)
-    for line in body["lines"]:
+    _write(body["lines"])
+    if not args.follow:
+        return 0
+    after = int(body["next"])
+    try:
+        while True:
+            time.sleep(FOLLOW_POLL_SECONDS)
+            body = _window(args, after)
+            _write(body["lines"])
+            after = int(body["next"])
+    except KeyboardInterrupt:
+        return 0
+
+
+def _write(lines: list[str]) -> None:
+    for line in lines:
         sys.stdout.write(line + "\n")
-    return 0
+    sys.stdout.flush()

@@ -1,8 +1,10 @@
+# PYTHON_ARGCOMPLETE_OK
 """``flexinfer`` entry point: discovers subcommand modules and maps errors to one line + exit code.
 
 Each module in ``flexinfer.cli`` that defines ``add_parser(subparsers)`` and ``run(args) -> int`` is a
 subcommand. Errors: ``FlexInferError`` → its message (one line per problem) on stderr, exit 1;
-Ctrl-C → exit 130. Never a traceback for expected failures.
+Ctrl-C → exit 130. Never a traceback for expected failures. Shell completion (``flexinfer completion``) is
+answered here, from the full parser, when argcomplete calls back.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+import argcomplete
+
 import flexinfer
 import flexinfer.cli as cli_package
 from flexinfer.api.errors import FlexInferError, InvalidResourceError
+from flexinfer.settings import environment
 
 
 def command_modules() -> dict[str, str]:
@@ -63,7 +68,10 @@ def report(error: FlexInferError) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_requested_command(arguments))
+    completing = argv is None and "_ARGCOMPLETE" in environment()
+    parser = build_parser(None if completing else _requested_command(arguments))
+    if completing:
+        argcomplete.autocomplete(parser)  # answers the shell and exits
     args = parser.parse_args(arguments)
     if getattr(args, "handler", None) is None:
         parser.print_help(sys.stderr)

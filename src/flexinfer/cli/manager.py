@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import sys
 from typing import Any
 
 from flexinfer.assembly.manager import run_manager
+from flexinfer.cli.arguments import add_log_arguments, start_logging
 from flexinfer.kube.config import manager_config
 from flexinfer.settings import environment
 
@@ -31,15 +30,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "~/.kube/config)")
     parser.add_argument("--namespace", action="append", default=[], metavar="NS",
                         help="watch only this namespace (repeatable; default: all namespaces)")
-    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    add_log_arguments(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kopf").setLevel(max(logging.WARNING, getattr(logging, args.log_level)))
     env = environment()
+    start_logging(args, env)
     config = manager_config(env, metrics_bind_address=args.metrics_bind_address,
                             health_probe_bind_address=args.health_probe_bind_address,
                             leader_elect=args.leader_elect, kubeconfig=args.kubeconfig, namespaces=args.namespace)

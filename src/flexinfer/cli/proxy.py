@@ -13,7 +13,9 @@ import argparse
 from typing import Any
 
 from flexinfer.assembly.proxy import run_proxy
-from flexinfer.cli.arguments import port_number
+from flexinfer.cli.arguments import add_listen_arguments, add_log_arguments, start_logging
+from flexinfer.proxy.listen_config import listen_address
+from flexinfer.settings import environment
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,14 +27,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "auth, rate limits, shutdown), POD_NAMESPACE (default 'default'), "
                     "FLEXINFER_PROXY_ALL_NAMESPACES, FLEXINFER_OTEL_ENABLED and OTEL_EXPORTER_OTLP_*.",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    parser.add_argument("--port", type=port_number, default=8080,
-                        help="listen port (default 8080; 0 picks a free port)")
+    add_listen_arguments(parser, "0.0.0.0")
     parser.add_argument("--kubeconfig", metavar="PATH", default=None,
                         help="kubeconfig file (default: $KUBECONFIG, the in-cluster service account, "
                              "then ~/.kube/config)")
+    add_log_arguments(parser, access_log=True)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_proxy(host=args.host, port=args.port, kubeconfig=args.kubeconfig)
+    env = environment()
+    host, port = listen_address(env, host=args.host, port=args.port, default_host="0.0.0.0")
+    start_logging(args, env)
+    return run_proxy(host=host, port=port, kubeconfig=args.kubeconfig)

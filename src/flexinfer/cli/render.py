@@ -18,10 +18,12 @@ from typing import Any
 import yaml
 
 from flexinfer.api.errors import InvalidResourceError
-from flexinfer.api.loading import load_manifests
+from flexinfer.api.loading import Manifest, load_manifests
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.cli.arguments import int_at_least
+from flexinfer.cli.output import add_output_argument, print_data
+from flexinfer.cli.validate import add_manifest_arguments, load
 from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job
@@ -34,8 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "render", help="print the Kubernetes objects the manager would apply",
         description="Render Deployments and Services for every Model in the given manifests.",
     )
-    parser.add_argument("-f", "--filename", action="append", required=True, metavar="FILE|DIR",
-                        help="manifest file or directory (repeatable)")
+    add_manifest_arguments(parser)
+    add_output_argument(parser, ("yaml", "json"), "yaml", "json prints one `kind: List`")
     parser.add_argument("--env-file", metavar="FILE", help="controller environment (KEY=VALUE lines)")
     parser.add_argument("--replicas", type=int_at_least(0), default=1, metavar="N",
                         help="Deployment replicas to render (default 1; the manager decides at run time)")
@@ -59,9 +61,9 @@ def load_defaults(env_file: str | None) -> ControllerDefaults:
 
 
 def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas: int,
-                       cleanup_jobs: bool = False) -> list[dict[str, Any]]:
-    """Every object for every Model under ``paths``, in input order."""
-    manifests = load_manifests(paths)
+                       cleanup_jobs: bool = False, manifests: list[Manifest] | None = None) -> list[dict[str, Any]]:
+    """Every object for every Model under ``paths`` (or in ``manifests``, already loaded), in input order."""
+    manifests = load_manifests(paths) if manifests is None else manifests
     problems = manifest_problems(manifests)
     if problems:
         raise InvalidResourceError(problems)
@@ -78,6 +80,10 @@ def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas:
 
 def run(args: argparse.Namespace) -> int:
     defaults = load_defaults(args.env_file)
-    docs = rendered_documents(args.filename, defaults, args.replicas, args.cleanup_jobs)
-    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True, width=120))
+    manifests, _ = load(args)
+    docs = rendered_documents(args.filename, defaults, args.replicas, args.cleanup_jobs, manifests)
+    if args.output == "json":
+        print_data({"apiVersion": "v1", "kind": "List", "items": docs}, "json")
+    else:
+        sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True, width=120))
     return 0

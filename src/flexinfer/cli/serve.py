@@ -1,5 +1,5 @@
-"""``flexinfer serve -f DIR|FILE [--host 127.0.0.1] [--port 8080] [--no-watch] [--watch-interval S]``: serve Model
-manifests on this machine.
+"""``flexinfer serve -f DIR|FILE [--host H] [--port P] [--no-watch] [--watch-interval S] [--log-level L]
+[--log-format text|json]``: serve Model manifests on this machine.
 
 One OpenAI-compatible endpoint for every model; model servers start on demand as local processes and
 models sharing a ``spec.gpu.shared`` group swap on one GPU. Runs ``flexinfer.assembly.run_local`` until
@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from flexinfer.cli.arguments import port_number
+from flexinfer.cli.arguments import add_listen_arguments, add_log_arguments, start_logging
+from flexinfer.proxy.listen_config import listen_address
+from flexinfer.settings import environment
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -23,9 +25,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("-f", "--filename", action="append", required=True, metavar="FILE|DIR",
                         help="Model manifest file or directory (repeatable)")
-    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=port_number, default=8080,
-                        help="listen port (default 8080; 0 picks a free port)")
+    add_listen_arguments(parser, "127.0.0.1")
+    add_log_arguments(parser, access_log=True)
     parser.add_argument("--watch", action=argparse.BooleanOptionalAction, default=True,
                         help="reload the manifests when their files change (default on; SIGHUP always reloads)")
     parser.add_argument("--watch-interval", type=positive_seconds, default=None, metavar="SECONDS",
@@ -49,5 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from flexinfer.assembly.local import run_local
     from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL
 
+    env = environment()
+    host, port = listen_address(env, host=args.host, port=args.port, default_host="127.0.0.1")
+    start_logging(args, env)
     interval = args.watch_interval or DEFAULT_WATCH_INTERVAL
-    return run_local(args.filename, host=args.host, port=args.port, watch_interval=interval if args.watch else None)
+    return run_local(args.filename, host=host, port=port, env=env, watch_interval=interval if args.watch else None)

@@ -1,63 +1,82 @@
-"""``flexinfer status [--url URL]``: a table of the models a running ``flexinfer serve`` knows (model, group,
-phase, last swap, queue depth, in flight, endpoint), read from its admin API. A model is shown by its name,
-or as ``namespace/name`` when several namespaces use that name (as ``/v1/models`` lists it); under it, the
-manifests' last reload (its errors when it was rejected)."""
+"""``flexinfer status`` / ``flexinfer ps [--url URL] [-o wide|json|yaml]``: the models a running
+``flexinfer serve`` knows, read from its admin API: namespace, name, group, phase, active for, queue depth and
+the reason of the last failure (``wide`` adds priority, in flight, last swap, pid and endpoint; ``json``/
+``yaml`` print the admin API answer). Piped output is never truncated (one whole row per model). Under the
+table, the manifests' last reload (its errors when it was rejected)."""
 
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from flexinfer.api.units import format_duration
 from flexinfer.cli.admin_client import add_connection_arguments, get_json
+from flexinfer.cli.output import add_output_argument, console, print_data, print_table
 
 PHASE_STYLES = {"Ready": "green", "Loading": "yellow", "Pending": "yellow", "Failed": "red", "Preempted": "magenta"}
+COLUMNS = ("NAMESPACE", "NAME", "GROUP", "PHASE", "ACTIVE FOR", "QUEUE", "REASON")
+WIDE_COLUMNS = ("PRIORITY", "IN FLIGHT", "LAST SWAP", "PID", "ENDPOINT")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "status", help="show the models of a running `flexinfer serve`",
-        description="Show every model of a running `flexinfer serve`: group, phase, last swap, queue depth, "
-                    "endpoint.",
+        "status", aliases=["ps"], help="show the models of a running `flexinfer serve` (alias: ps)",
+        description="Show every model of a running `flexinfer serve`: namespace, group, phase, how long it has "
+                    "been Ready, queue depth and the last error.",
     )
     add_connection_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the raw admin API answer")
+    add_output_argument(parser, ("table", "wide", "json", "yaml"), "table", "wide adds priority, in flight, "
+                        "last swap, pid and endpoint")
+    parser.add_argument("--json", action="store_const", const="json", dest="output", help=argparse.SUPPRESS)
     return parser
 
 
-def status_table(models: list[dict[str, Any]]) -> Table:
+def _age(seconds: object) -> str:
+    return "-" if seconds is None else format_duration(float(str(seconds)))
+
+
+def _reason(row: dict[str, Any]) -> str:
+    error = row.get("last_error")
+    if row["phase"] == "Failed" and error:
+        first = str(error).strip().splitlines()[0]
+        retry = row.get("retry_in")
+        return first + (f" (retry in {_age(retry)})" if retry else "")
+    if row.get("draining"):
+        return "draining"
+    return "-"
+
+
+def status_table(models: list[dict[str, Any]], wide: bool = False) -> Table:
     """The rich table for ``/admin/status`` rows."""
-    table = Table(box=None, header_style="bold")
-    for column in ("MODEL", "GROUP", "PHASE", "LAST SWAP", "QUEUE", "IN FLIGHT", "ENDPOINT"):
-        table.add_column(column)
-    uses = Counter(str(row["name"]) for row in models)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in COLUMNS + (WIDE_COLUMNS if wide else ()):
+        table.add_column(column, no_wrap=True, overflow="fold")
     for row in models:
-        phase = str(row["phase"]) + (" (draining)" if row.get("draining") else "")
-        age = row.get("last_swap_age")
         style = PHASE_STYLES.get(str(row["phase"]))
-        shown = row["key"] if uses[str(row["name"])] > 1 else row["name"]
-        table.add_row(
-            str(shown), row.get("group") or "-", f"[{style}]{phase}[/]" if style else phase,
-            "-" if age is None else f"{format_duration(float(age))} ago", str(row["queue_depth"]),
-            str(row["in_flight"]), row.get("endpoint") or "-",
-        )
+        phase = str(row["phase"])
+        cells = [str(row["namespace"]), str(row["name"]), row.get("group") or "-",
+                 f"[{style}]{phase}[/]" if style else phase, _age(row.get("ready_for")), str(row["queue_depth"]),
+                 _reason(row)]
+        if wide:
+            swap = row.get("last_swap_age")
+            cells += [str(row.get("priority", "-")), str(row["in_flight"]),
+                      "-" if swap is None else f"{_age(swap)} ago", str(row.get("pid") or "-"),
+                      row.get("endpoint") or "-"]
+        table.add_row(*cells)
     return table
 
 
 def run(args: argparse.Namespace) -> int:
     body = get_json(args, "/admin/status")
-    console = Console()
-    if args.json:
-        console.print_json(data=body)
+    if args.output in ("json", "yaml"):
+        print_data(body, args.output)
     else:
-        console.print(status_table(body["models"]))
+        print_table(status_table(body["models"], wide=args.output == "wide"))
         if body.get("config"):
-            console.print(config_summary(body["config"]), highlight=False)
+            console().print(config_summary(body["config"]), highlight=False)
     return 0
 
 

@@ -8,6 +8,8 @@ shared-group state gauge, the startup-stage marks of an open activation (from th
 and — when a model with an open ``status.activation`` turns Ready — the cold-start and swap samples
 (activation decision → Ready; never idle time) and one sample per stage (its total time: ``Compiling``
 counts to ``server_start`` like the pod's start before the weights load).
+The same transitions are logged at INFO on ``flexinfer.lifecycle`` (activation requested, ready with the stage
+breakdown, scaled to zero, failed with its message); preemption decisions are logged by the reconciler.
 
 - A swap's ``drain`` ends, and its ``server_start`` begins, when the reconciler scales the preempted
   incumbent to zero (``PassFacts.stopped_at``, seen in the same or a later pass: losers are reconciled first).
@@ -21,6 +23,7 @@ counts to ``server_start`` like the pod's start before the weights load).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,6 +32,8 @@ from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.model_status_plan import STAGE_OF_SUBSTAGE, activation_clock
 from flexinfer.core.phases import READY
 from flexinfer.runtime.observer import LifecycleObserver
+
+log = logging.getLogger("flexinfer.lifecycle")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class LifecycleTracker:
         key = before.key
         if new is not None and (key not in self._seen or self._seen[key] != new or old != new):
             self._sink.phase_changed(before, old if old != new else None, new)
+            if old != new:
+                _log_phase(before, old, after)
             self._seen[key] = new
         if before.group and after.shared_group is not None and after.shared_group.state:
             self._sink.group_state(before, after.shared_group.state)
@@ -94,6 +101,8 @@ class LifecycleTracker:
             return
         self._drained(before, clock)
         done = clock.finish(clock.ready_time(at, _ts(facts.ready_condition_at)))
+        _log_ready(before, done.cold_start if done.cold_start is not None else done.swap,
+                   "swap" if done.swap is not None else "cold_start", stage_totals(done.stages))
         if done.cold_start is not None:
             self._sink.cold_start(before, done.cold_start)
         if done.swap is not None:
@@ -139,3 +148,26 @@ class LifecycleTracker:
 
 def _ts(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
+
+
+def _log_phase(model: Model, old: str | None, after: ModelStatus) -> None:
+    """One line for the transitions an operator acts on (others are visible in ``kubectl get models``)."""
+    new, key = after.phase, model.key
+    if new in ("Pending", "Loading") and old not in ("Pending", "Loading", "Ready"):
+        log.info("model %s: activation requested (%s)", key, new, extra={"event": "activation_requested",
+                                                                          "model": key})
+    elif old == "Ready" and new in ("Idle", "Preempted"):
+        log.info("model %s: scaled to zero (%s)", key, new, extra={"event": "stopped", "model": key,
+                                                                    "reason": new})
+    elif new == "Failed":
+        log.warning("model %s: failed: %s", key, after.message or "no message",
+                    extra={"event": "failed", "model": key, "error": after.message})
+
+
+def _log_ready(model: Model, seconds: float | None, kind: str, stages: dict[str, float]) -> None:
+    breakdown = ", ".join(f"{stage} {value:.3f}s" for stage, value in stages.items()) or "no stages"
+    shown = "" if seconds is None else f" after {seconds:.3f}s"
+    log.info("model %s: ready%s (%s: %s)", model.key, shown, kind.replace("_", " "), breakdown,
+             extra={"event": "ready", "model": model.key, "kind": kind,
+                    "seconds": None if seconds is None else round(seconds, 3),
+                    "stages": {stage: round(value, 3) for stage, value in stages.items()}})

@@ -3,12 +3,15 @@
 Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_local``:
 
 - ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
-  endpoint, last_swap_age, draining, pid}], "config": {loaded_at, models, last_reload, trigger, result, error,
-  errors, reloads}}`` (``config``: the manifest reloads, ``flexinfer.local.reloading.ConfigStatus``)
+  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in}], "config": {loaded_at, models,
+  last_reload, trigger, result, error, errors, reloads}}`` (``config``: the manifest reloads,
+  ``flexinfer.local.reloading.ConfigStatus``)
 - ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...], "started": bool}`` (the server's captured
   output; ``started`` is false when the model has not run since ``serve`` started)
 - ``POST /admin/models/{model}/load[?wait=true]`` / ``POST /admin/models/{model}/unload`` →
   ``{"model": key, "phase": ...}``
+- ``GET /admin/models/{model}/logs?after=N&since=SECONDS&tail=N`` → ``{"model", "lines", "next", "started"}``
+  (``flexinfer logs --since/--follow``: ``next`` is the ``after`` of the following poll)
 
 ``{model}`` is a name, alias or ``namespace/name`` (resolved once, by the catalog, to the model key). Errors
 use the OpenAI error envelope (unknown model → 404, a name several namespaces use → 409). When a token is
@@ -19,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import hmac
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -87,6 +91,7 @@ class AdminApi:
             web.get("/admin/logs/{model:.+}", guarded(self.model_logs)),
             web.post("/admin/models/{model:.+}/load", guarded(self.load)),
             web.post("/admin/models/{model:.+}/unload", guarded(self.unload)),
+            web.get("/admin/models/{model:.+}/logs", guarded(self.log_window)),
         ]
 
     def _check(self, request: web.Request) -> None:
@@ -116,6 +121,7 @@ class AdminApi:
             "priority": state.priority, "phase": state.phase, "queue_depth": state.queue_depth,
             "in_flight": state.in_flight, "endpoint": state.endpoint.base_url if state.endpoint else None,
             "last_swap_age": state.last_swap_age, "draining": state.draining, "pid": self.pid(state.key),
+            "last_error": state.last_error, "ready_for": state.ready_for, "retry_in": state.retry_in,
         }
 
     async def model_logs(self, request: web.Request) -> web.Response:
@@ -140,3 +146,33 @@ class AdminApi:
         await self.control.unload(key)
         phase = next((s.phase for s in self.control.snapshot() if s.key == key), "Idle")
         return web.json_response({"model": key, "phase": phase})
+
+    async def log_window(self, request: web.Request) -> web.Response:
+        """``GET /admin/models/{model}/logs?after=N&since=SECONDS&tail=N`` → ``{"model", "lines", "next",
+        "started"}``: lines numbered from ``after`` (``next`` continues, for ``flexinfer logs --follow``),
+        written in the last ``since`` seconds, at most ``tail`` of them."""
+        self._check(request)
+        key = self._key(request)
+        after = _number(request, "after", int)
+        since = _number(request, "since", float)
+        tail = _number(request, "tail", int)
+        if tail is not None and tail > MAX_TAIL:
+            raise BadRequestError(f"tail must be an integer between 0 and {MAX_TAIL}", param="tail")
+        window = self.logs.window(key, after, None if since is None else time.time() - since, tail)
+        if window is None:
+            return web.json_response({"model": key, "lines": [], "next": 0, "started": False})
+        return web.json_response({"model": key, "lines": window.lines, "next": window.next, "started": True})
+
+
+def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> Any:
+    """An optional non-negative number from the query (``BadRequestError`` naming it otherwise)."""
+    text = request.query.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = -1
+    if not value >= 0 or value == float("inf"):
+        raise BadRequestError(f"{name} must be a non-negative number, got {text!r}", param=name)
+    return value

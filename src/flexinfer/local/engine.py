@@ -234,6 +234,8 @@ class LocalEngine:
         token = ProcessRecords.new_token()
         process = await ServerProcess.spawn(plan.argv, {**env, TOKEN_VARIABLE: token}, self.logs.get(model.key))
         self._children.add(process)
+        log.info("model %s: server started (pid %s, port %d)", model.key, process.pid, port,
+                 extra={"event": "server_started", "model": model.key, "pid": process.pid, "port": port})
         if self._records is not None:
             self._records.add(process.pid, token, plan.argv)
         timeout = start_timeout(model, self.settings.start_timeout)

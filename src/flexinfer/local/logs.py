@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +26,9 @@ class ModelLog:
     def __init__(self, max_lines: int = DEFAULT_MAX_LINES, file: Path | None = None,
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
         self._lines: deque[str] = deque(maxlen=max_lines)
+        self._times: deque[float] = deque(maxlen=max_lines)
+        self.written = 0
+        """Lines added since creation (the sequence number of the next line)."""
         self._partial = ""
         self._path = file
         self._max_file_bytes = max_file_bytes
@@ -54,6 +59,8 @@ class ModelLog:
         """Append one line (without its newline)."""
         line = line.rstrip("\r")
         self._lines.append(line)
+        self._times.append(time.time())
+        self.written += 1
         if self._file is not None:
             self._file.write(line + "\n")
 
@@ -80,6 +87,27 @@ class ModelLog:
         return out if lines is None else out[-lines:] if lines > 0 else []
 
 
+    def window(self, after: int | None = None, newer_than: float | None = None,
+               limit: int | None = None) -> LogWindow:
+        """Complete lines with a sequence number ≥ ``after`` and written at or after the wall-clock time
+        ``newer_than``, the last ``limit`` of them; ``next`` is the ``after`` that continues from here (for
+        ``flexinfer logs --follow``)."""
+        first = self.written - len(self._lines)
+        picked = [line for number, (stamp, line) in enumerate(zip(self._times, self._lines, strict=True), first)
+                  if (after is None or number >= after) and (newer_than is None or stamp >= newer_than)]
+        if limit is not None:
+            picked = picked[-limit:] if limit > 0 else []
+        return LogWindow(picked, self.written)
+
+
+@dataclass(frozen=True)
+class LogWindow:
+    """Some lines of a ``ModelLog`` and the sequence number to continue from."""
+
+    lines: list[str]
+    next: int
+
+
 class LogStore:
     """One ``ModelLog`` per model key; files under ``directory`` when given."""
 
@@ -100,6 +128,12 @@ class LogStore:
         """The last lines of model ``key``, or ``None`` if it never produced output."""
         log = self._logs.get(key)
         return None if log is None else log.tail(lines)
+
+    def window(self, key: str, after: int | None = None, newer_than: float | None = None,
+               limit: int | None = None) -> LogWindow | None:
+        """``ModelLog.window`` of model ``key``, or ``None`` if it never produced output."""
+        log = self._logs.get(key)
+        return None if log is None else log.window(after, newer_than, limit)
 
     def close(self) -> None:
         """Close every mirror file."""

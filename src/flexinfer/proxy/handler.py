@@ -42,6 +42,8 @@ from flexinfer.proxy.streaming import Reply
 from flexinfer.runtime.ports import Activator, Catalog, ModelView
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("flexinfer.access")
+"""One INFO line per proxied request; switched by ``FLEXINFER_ACCESS_LOG``/``--[no-]access-log``."""
 REQUEST_ID_KEY = web.RequestKey("flexinfer_request_id", RequestId)
 ROUTE_IN_THREAD_BYTES = 1 << 20
 """Bodies at least this large are parsed for the model name off the event loop (a 25 MB audio form or a
@@ -56,15 +58,18 @@ def route_template(request: web.Request) -> str:
 
 
 class _Outcome:
-    """What the metrics and the span record about one request."""
+    """What the metrics, the span and the access log record about one request."""
 
-    __slots__ = ("error", "http_status", "model", "status")
+    __slots__ = ("error", "http_status", "model", "status", "stream", "upstream", "waited")
 
     def __init__(self) -> None:
         self.model: ModelKey | None = None
         self.http_status: int | None = None
         self.status = "error"
         self.error: str | None = None
+        self.stream = False
+        self.waited = 0.0
+        self.upstream: float | None = None
 
 
 class ProxyHandler:
@@ -101,7 +106,10 @@ class ProxyHandler:
             return await self._answer(request, reply, trace, outcome)
         finally:
             self._drain.leave()
-            self._metrics.request_finished(outcome.model, outcome.status, time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self._metrics.request_finished(outcome.model, outcome.status, elapsed)
+            if access_log.isEnabledFor(logging.INFO):
+                _log_access(request, reply, outcome, rid.value, elapsed)
             trace.end(outcome.http_status, outcome.error)
 
     async def _answer(self, request: web.Request, reply: Reply, trace: RequestTrace,
@@ -153,13 +161,16 @@ class ProxyHandler:
         if background and view.phase != "Ready":
             raise BackgroundNotReadyError(key, view.phase)
         self._rate_limit(key)
+        outcome.stream = routed.streaming
         async with self._admission.admit(key, trace, reply if routed.streaming else None,
                                          self._concurrency, view.parallel) as grant:
             self._metrics.connection_opened(key)
+            outcome.waited, forwarded = grant.waited_seconds, time.perf_counter()
             try:
                 await self._forward(request, reply, trace, routed=routed, view=view, body=body,
                                     base_url=grant.endpoint.base_url)
             finally:
+                outcome.upstream = time.perf_counter() - forwarded
                 grant.release()
                 self._metrics.connection_closed(key)
 
@@ -206,3 +217,20 @@ class ProxyHandler:
         except RateLimitExceededError as error:
             self._metrics.rate_limited(model, error.scope)
             raise
+
+
+def _log_access(request: web.Request, reply: Reply, outcome: _Outcome, rid: str, elapsed: float) -> None:
+    """The access-log line: one formatted record, its fields also passed as ``extra`` for JSON lines."""
+    response = reply.response
+    status = outcome.http_status or (response.status if response is not None else 499)
+    sent = response.body_length if response is not None else 0
+    if not sent and isinstance(response, web.Response) and isinstance(response.body, bytes):
+        sent = len(response.body)  # an error answer: aiohttp writes it after the handler returns
+    fields = {"model": outcome.model or "-", "status": status, "method": request.method, "path": request.path,
+              "queue_wait_s": round(outcome.waited, 4),
+              "upstream_s": None if outcome.upstream is None else round(outcome.upstream, 4),
+              "duration_s": round(elapsed, 4), "bytes": sent, "stream": outcome.stream, "request_id": rid}
+    access_log.info("%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s "
+                    "request_id=%s", request.method, request.path, fields["model"], status, outcome.waited,
+                    "-" if outcome.upstream is None else f"{outcome.upstream:.3f}s", elapsed, sent,
+                    "true" if outcome.stream else "false", rid, extra=fields)

@@ -51,6 +51,12 @@ class ModelState:
     last_swap_age: float | None
     """Seconds since this model last became Ready through a swap (``None``: never)."""
     draining: bool = False
+    last_error: str | None = None
+    """Why the model last failed to start or crashed (``None``: never since ``serve`` started)."""
+    ready_for: float | None = None
+    """Seconds since it became Ready (``None`` unless Ready)."""
+    retry_in: float | None = None
+    """Seconds until a Failed model may start again (``None``: no backoff pending)."""
 
 
 class Dispatcher:
@@ -212,7 +218,13 @@ class Dispatcher:
             key=key, name=s.model.name, namespace=s.model.namespace, group=s.model.group,
             priority=s.model.priority, phase=s.phase, queue_depth=len(s.queue), in_flight=len(s.in_flight),
             endpoint=endpoint, last_swap_age=None if s.last_swap is None else now - s.last_swap,
-            draining=s.drain_until is not None)
+            draining=s.drain_until is not None, last_error=s.last_error,
+            ready_for=None if s.ready_since is None or not s.servable else now - s.ready_since,
+            retry_in=None if s.retry_at is None or s.retry_at <= now else s.retry_at - now)
+
+    def state(self, key: ModelKey) -> ModelState | None:
+        """The current state of one model (``None`` when it is not declared)."""
+        return self._state(key, self._clock()) if key in self._arbiter.slots else None
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
         """Wait until ``predicate()`` holds after some event (``TimeoutError`` after ``timeout``)."""

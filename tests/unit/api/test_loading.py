@@ -70,7 +70,8 @@ spec:
 
 def test_unknown_kind_names_kind_and_apiversion() -> None:
     [problem] = problems_of("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
-    assert problem.startswith("f.yaml:2: kind: unknown kind 'Pod' in apiVersion 'v1'")
+    assert problem == ("f.yaml:2: kind: Pod (v1) is not a FlexInfer kind (--skip-unknown-kinds leaves out objects "
+                       "of other kinds)")
 
 
 def test_known_kind_with_wrong_version_is_unknown() -> None:

@@ -16,6 +16,7 @@ import yaml
 
 import flexinfer
 from flexinfer.cli.main import build_parser
+from flexinfer.proxy.listen_config import listen_address
 from support.helm_chart import CHART_DIR, Helm, container, find
 from support.kube_testbed import REPO_ROOT
 
@@ -92,8 +93,11 @@ def test_chart_args_parse_with_the_real_cli(helm: Helm, default_docs: list[dict[
     follower = helm.template("controller.leaderElect=false", "controller.ports.metrics=9090")
     parsed = parser.parse_args(container(find(follower, "Deployment", "flexinfer-manager"), "manager")["args"])
     assert (parsed.metrics_bind_address, parsed.leader_elect) == (":9090", None)
-    proxy = parser.parse_args(container(find(default_docs, "Deployment", "flexinfer-proxy"), "proxy")["args"])
-    assert (proxy.command, proxy.port) == ("proxy", 8080)  # the container port the chart declares
+    deployment = container(find(default_docs, "Deployment", "flexinfer-proxy"), "proxy")
+    proxy = parser.parse_args(deployment["args"])
+    env = {item["name"]: item.get("value", "") for item in deployment["env"]}
+    address = listen_address(env, host=proxy.host, port=proxy.port, default_host="0.0.0.0")
+    assert (proxy.command, address) == ("proxy", ("0.0.0.0", 8080))  # the container port the chart declares
 
 
 def test_chart_versions_follow_the_package(default_docs: list[dict[str, Any]]) -> None:

@@ -34,6 +34,7 @@ from support.helm_chart import (
 GOLDEN_DIR = Path(__file__).parent / "golden"
 IMAGE = "ghcr.io/flexinfer/flexinfer:0.1.0"
 TRACING_ENV = ("FLEXINFER_OTEL_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "FLEXINFER_OTEL_SERVICE_NAMESPACE")
+LOG_ENV = {"FLEXINFER_LOG_LEVEL": "INFO", "FLEXINFER_LOG_FORMAT": "text"}
 POD_NAMESPACE = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 POD_NAME = {"fieldRef": {"fieldPath": "metadata.name"}}
 EVERYTHING_ON = (
@@ -122,6 +123,7 @@ def test_default_manager_env_is_exact(default_docs: list[dict[str, Any]]) -> Non
         "DEFAULT_FLASH_LOADER_ENABLED": "false",
         "DEFAULT_FLASH_LOADER_IMAGE": IMAGE,
         "DEFAULT_FLASH_LOADER_CONCURRENCY": "4",
+        **LOG_ENV,
     }
 
 
@@ -135,6 +137,7 @@ def test_seed_command_renders_flash_loader_and_tracing_on_manager(seed_docs: lis
         "DEFAULT_FLASH_LOADER_CONCURRENCY": "4",
         "FLEXINFER_OTEL_ENABLED": "true",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        **LOG_ENV,
     }
 
 
@@ -143,6 +146,16 @@ def test_seed_command_renders_tracing_on_proxy(seed_docs: list[dict[str, Any]]) 
     assert env["FLEXINFER_OTEL_ENABLED"] == "true"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
     assert "FLEXINFER_OTEL_SERVICE_NAMESPACE" not in env
+
+
+def test_log_values_reach_both_deployments(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
+    assert proxy_env(default_docs)["FLEXINFER_ACCESS_LOG"] == "true"
+    assert "FLEXINFER_ACCESS_LOG" not in manager_env(default_docs)
+    docs = helm.template("controller.logging.format=json", "controller.logging.level=DEBUG",
+                         "proxy.logging.format=json", "proxy.logging.accessLog=false")
+    manager, proxy = manager_env(docs), proxy_env(docs)
+    assert (manager["FLEXINFER_LOG_FORMAT"], manager["FLEXINFER_LOG_LEVEL"]) == ("json", "DEBUG")
+    assert (proxy["FLEXINFER_LOG_FORMAT"], proxy["FLEXINFER_ACCESS_LOG"]) == ("json", "false")
 
 
 def test_tracing_env_absent_on_both_when_disabled(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
@@ -217,6 +230,8 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
         "PROXY_QUEUE_TIMEOUT": "10m",
         "PROXY_COLD_START_TIMEOUT": "10m",
         "PROXY_MAX_QUEUE_SIZE": "100",
+        **LOG_ENV,
+        "FLEXINFER_ACCESS_LOG": "true",
     }
     proxy = container(find(default_docs, "Deployment", "flexinfer-proxy"), "proxy")
     assert proxy["args"] == ["proxy"]

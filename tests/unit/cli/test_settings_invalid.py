@@ -21,8 +21,10 @@ from flexinfer.flashloader.config import from_env
 from flexinfer.kube.config import manager_config
 from flexinfer.kube.proxy_side import cluster_proxy_settings
 from flexinfer.local.config import local_config
+from flexinfer.observability.logging_config import log_settings
 from flexinfer.observability.tracing import init_tracing, tracing_settings
 from flexinfer.proxy.config import proxy_config
+from flexinfer.proxy.listen_config import listen_address
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 GARBAGE: dict[Kind, str] = {
@@ -34,7 +36,7 @@ FREE_TEXT = {
     "FLEXINFER_STATE_DIR", "FLEXINFER_SHM_ROOT", "PROXY_AUTH_TOKEN", "FLEXINFER_OTEL_SERVICE_NAMESPACE",
     "OTEL_SERVICE_NAME", "POD_NAMESPACE", "POD_NAME", "POD_UID", "KUBECONFIG", "FLEXINFER_FLASH_LOADER_IMAGE",
     "DEFAULT_FLASH_LOADER_IMAGE", "DEFAULT_FLASH_LOADER_EXCLUDE", "DEFAULT_<BACKEND>_IMAGE", "FLASH_SRC", "FLASH_DST",
-    "FLASH_EXCLUDE",
+    "FLASH_EXCLUDE", "FLEXINFER_HOST",
 }
 """Variables whose every value is valid text (paths, images, names): nothing to reject."""
 
@@ -55,6 +57,8 @@ PARSERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     "defaults": manager_config,
     "cluster": cluster_proxy_settings,
     "flash": lambda env: from_env({"FLASH_SRC": "/s", "FLASH_DST": "/d", **env}),
+    "logging": log_settings,
+    "listen": lambda env: listen_address(env, host=None, port=None, default_host="127.0.0.1"),
 }
 """How each documented group is parsed in production (the manager parses the controller defaults)."""
 

@@ -1,23 +1,52 @@
-"""``flexinfer status``: the table shows a name several namespaces use as ``namespace/name``."""
+"""``flexinfer status``/``ps`` table: namespace and name columns, the reason of a failure with its backoff, how
+long a model has been Ready, ``wide`` columns, and whole rows when the output is not a terminal."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from rich.console import Console
 
+from flexinfer.cli.output import print_table
 from flexinfer.cli.status import config_summary, status_table
 
 
-def row(namespace: str, name: str) -> dict[str, object]:
+def row(namespace: str, name: str, **fields: Any) -> dict[str, Any]:
     return {"key": f"{namespace}/{name}", "name": name, "namespace": namespace, "group": None, "phase": "Idle",
-            "queue_depth": 0, "in_flight": 0, "endpoint": None, "last_swap_age": None, "draining": False}
+            "queue_depth": 0, "in_flight": 0, "endpoint": None, "last_swap_age": None, "draining": False,
+            **fields}
 
 
-def test_a_shared_name_is_shown_with_its_namespace_and_a_unique_one_bare() -> None:
-    console = Console(width=200, record=True)
-    console.print(status_table([row("default", "chat"), row("team-b", "chat"), row("default", "solo")]))
-    text = console.export_text()
-    assert "default/chat" in text and "team-b/chat" in text
-    assert "solo" in text and "default/solo" not in text
+def rendered(rows: list[dict[str, Any]], wide: bool = False) -> list[list[str]]:
+    console = Console(width=400, record=True)
+    console.print(status_table(rows, wide))
+    return [line.split() for line in console.export_text().splitlines()]
+
+
+def test_namespace_reason_and_active_for() -> None:
+    lines = rendered([
+        row("team-b", "chat", phase="Ready", ready_for=125.0, queue_depth=3, group="pair"),
+        row("default", "broken", phase="Failed", last_error="exited with code 3\nTraceback...", retry_in=4.0),
+    ])
+    assert lines[0] == ["NAMESPACE", "NAME", "GROUP", "PHASE", "ACTIVE", "FOR", "QUEUE", "REASON"]
+    assert lines[1] == ["team-b", "chat", "pair", "Ready", "2m5s", "3", "-"]
+    assert lines[2][:6] == ["default", "broken", "-", "Failed", "-", "0"]
+    assert " ".join(lines[2][6:]) == "exited with code 3 (retry in 4s)"
+
+
+def test_wide_adds_endpoint_pid_and_priority() -> None:
+    lines = rendered([row("default", "m", phase="Ready", priority=7, pid=42, endpoint="http://127.0.0.1:9",
+                          in_flight=1, last_swap_age=3.0)], wide=True)
+    assert lines[1][-6:] == ["7", "1", "3s", "ago", "42", "http://127.0.0.1:9"]
+
+
+def test_piped_output_keeps_long_names_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    name = "a-model-name-that-is-much-longer-than-any-terminal-would-show-in-one-column-" * 3
+    print_table(status_table([row("a-namespace-with-a-long-name", name.rstrip("-"))]))
+    out = capsys.readouterr().out
+    assert name.rstrip("-") in out and "…" not in out
+    assert all(line == line.rstrip() for line in out.splitlines())
 
 
 def test_a_rejected_reload_is_shown_under_the_table_with_its_errors() -> None:

@@ -48,11 +48,26 @@ async def test_status_and_logs() -> None:
         assert status["models"] == [{
             "key": "default/alpha", "name": "alpha", "namespace": "default", "group": "g", "priority": 100,
             "phase": "Ready", "queue_depth": 2, "in_flight": 1, "endpoint": "http://127.0.0.1:5000",
-            "last_swap_age": 3.5, "draining": False, "pid": 1234}]
+            "last_swap_age": 3.5, "draining": False, "pid": 1234, "last_error": None, "ready_for": None,
+            "retry_in": None}]
         logs = await (await http.get("/admin/logs/alpha", params={"tail": "2"})).json()
         assert logs == {"model": "default/alpha", "lines": ["two", "three"], "started": True}
         assert (await http.get("/admin/logs/default/alpha")).status == 200
         assert (await http.get("/admin/logs/alpha", params={"tail": "-1"})).status == 400
+    finally:
+        await http.close()
+
+
+async def test_log_window_continues_and_checks_its_numbers() -> None:
+    http, _ = await client()
+    try:
+        first = await (await http.get("/admin/models/alpha/logs", params={"tail": "2", "since": "60"})).json()
+        assert first == {"model": "default/alpha", "lines": ["two", "three"], "next": 3, "started": True}
+        after = await (await http.get("/admin/models/default/alpha/logs", params={"after": "1"})).json()
+        assert after["lines"] == ["two", "three"] and after["next"] == 3
+        for name, value in (("after", "-1"), ("since", "ten"), ("tail", "x"), ("since", "inf")):
+            answer = await http.get("/admin/models/alpha/logs", params={name: value})
+            assert answer.status == 400 and (await answer.json())["error"]["param"] == name
     finally:
         await http.close()
 

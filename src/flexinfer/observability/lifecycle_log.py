@@ -1,0 +1,90 @@
+"""Lifecycle log lines of the dispatcher (``flexinfer serve``, and the in-cluster proxy's dispatcher): one
+INFO line per event, with its durations, on the ``flexinfer.lifecycle`` logger.
+
+Events: activation requested (→ Pending/Loading), swap decided (who preempts whom in which group, and the
+priorities that decided it), ready (cold start or swap, total and stage breakdown), stopped (idle timeout or
+unload, with the time it was Ready; or preempted), failed (a crash or a failed start: the error and the
+backoff before the next start, at WARNING). Every line also passes its fields as ``extra`` (``event``,
+``model``, ``seconds``, ``stages`` …) so JSON lines are machine-readable. ``flexinfer.assembly`` adds this to
+the observers; ``state`` reads the dispatcher's view of a model (last error, backoff).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from flexinfer.api.key import ModelKey
+from flexinfer.api.model import Model
+from flexinfer.runtime.dispatcher import ModelState
+from flexinfer.runtime.observer import ActivationRecord, NullObserver
+
+log = logging.getLogger("flexinfer.lifecycle")
+ACTIVE = frozenset({"Pending", "Loading", "Ready"})
+
+
+class LifecycleLog(NullObserver):
+    """A ``LifecycleObserver`` that writes the lifecycle lines."""
+
+    def __init__(self, state: Callable[[ModelKey], ModelState | None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._state, self._clock = state, clock
+        self._ready_at: dict[ModelKey, float] = {}
+        self._preempted_by: dict[ModelKey, ModelKey] = {}
+
+    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
+        key = model.key
+        if new in ("Pending", "Loading") and old not in ACTIVE:
+            where = f" (waiting for GPU group {model.group})" if new == "Pending" and model.group else ""
+            _info("activation_requested", key, f"model {key}: activation requested{where}")
+        elif new == "Ready":
+            self._ready_at[key] = self._clock()
+        elif old == "Ready" and new in ("Idle", "Preempted"):
+            self._stopped(key, new)
+        elif new == "Failed":
+            self._failed(key, old)
+
+    def preempted(self, loser: Model, winner: Model) -> None:
+        self._preempted_by[loser.key] = winner.key
+        _info("swap_decided", winner.key,
+              f"swap decided: {winner.key} (priority {winner.priority}) preempts {loser.key} (priority "
+              f"{loser.priority}) on GPU group {winner.group}; {loser.key} drains, then stops",
+              loser=loser.key, group=winner.group)
+
+    def activation(self, record: ActivationRecord) -> None:
+        key = record.model.key
+        stages = {stage: round(end - start, 3) for stage, start, end in record.stages}
+        breakdown = ", ".join(f"{stage} {seconds:.3f}s" for stage, seconds in stages.items()) or "no stages"
+        seconds = record.end - record.start
+        kind = "swap" if record.kind == "swap" else "cold start"
+        if record.result == "success":
+            _info("ready", key, f"model {key}: ready after {seconds:.3f}s ({kind}: {breakdown})",
+                  seconds=round(seconds, 3), kind=record.kind, stages=stages)
+        else:
+            _info("activation_failed", key, f"model {key}: {kind} failed after {seconds:.3f}s ({breakdown})",
+                  seconds=round(seconds, 3), kind=record.kind, stages=stages)
+
+    def _stopped(self, key: ModelKey, new: str) -> None:
+        started = self._ready_at.pop(key, None)
+        held = None if started is None else round(self._clock() - started, 3)
+        shown = "" if held is None else f" after {held:.3f}s ready"
+        winner = self._preempted_by.pop(key, None)
+        why = f"preempted by {winner}" if new == "Preempted" and winner else "idle timeout, unload or shutdown"
+        _info("stopped", key, f"model {key}: server stopped{shown} ({why})", seconds=held, reason=why)
+
+    def _failed(self, key: ModelKey, old: str | None) -> None:
+        self._ready_at.pop(key, None)
+        state = self._state(key)
+        error = (state.last_error if state else None) or "unknown error"
+        first = error.strip().splitlines()[0] if error.strip() else error
+        backoff = state.retry_in if state else None
+        what = "crashed" if old == "Ready" else "failed to start"
+        retry = "" if backoff is None else f"; next start allowed in {backoff:.1f}s (backoff)"
+        log.warning("model %s: server %s: %s%s", key, what, first, retry,
+                    extra={"event": "crash" if old == "Ready" else "start_failed", "model": key,
+                           "error": first, "backoff_s": None if backoff is None else round(backoff, 3)})
+
+
+def _info(event: str, key: ModelKey, message: str, **fields: object) -> None:
+    log.info("%s", message, extra={"event": event, "model": key, **fields})

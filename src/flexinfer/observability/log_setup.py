@@ -1,0 +1,63 @@
+"""Installs the root log handler of a long-running command: level, ``text`` or ``json`` lines on stderr,
+and the access log switch.
+
+JSON lines come from python-json-logger: ``time``, ``level``, ``logger``, ``message`` plus every ``extra``
+field a call passes (the access log and lifecycle lines pass theirs), and ``trace_id``/``span_id`` (hex)
+when a recording OpenTelemetry span is current. Called by the composition roots (``flexinfer.assembly``)
+before anything logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+from opentelemetry import trace
+from pythonjsonlogger.json import JsonFormatter
+
+from flexinfer.observability.logging_config import LogSettings
+
+ACCESS_LOGGER = "flexinfer.access"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+JSON_FIELDS = ("asctime", "levelname", "name", "message")
+QUIET_LIBRARIES = ("kopf", "aiohttp.access")
+"""Libraries whose INFO chatter is not ours: kept at WARNING or above whatever the level (aiohttp's own access
+log would duplicate ``flexinfer.access``)."""
+
+
+class TraceContextFilter(logging.Filter):
+    """Adds ``trace_id`` and ``span_id`` to a record when the current OpenTelemetry span is valid."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            record.trace_id = format(context.trace_id, "032x")
+            record.span_id = format(context.span_id, "016x")
+        return True
+
+
+def formatter(format: str) -> logging.Formatter:
+    """The formatter for ``text`` or ``json``."""
+    if format == "json":
+        return JsonFormatter(list(JSON_FIELDS), rename_fields={"asctime": "time", "levelname": "level",
+                                                                "name": "logger"},
+                             timestamp=False)
+    return logging.Formatter(TEXT_FORMAT)
+
+
+def configure_logging(settings: LogSettings, stream: TextIO | None = None) -> None:
+    """Replace the root handlers with one stderr handler as ``settings`` say."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter(settings.format))
+    if settings.format == "json":
+        handler.addFilter(TraceContextFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    level = getattr(logging, settings.level)
+    root.setLevel(level)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.WARNING, level))
+    logging.getLogger(ACCESS_LOGGER).disabled = not settings.access_log
