@@ -25,6 +25,8 @@ FLEXINFER_IMAGE = f"{FLEXINFER_IMAGE_REPOSITORY}:{__version__}"
 DEFAULT_SHM_SIZE_LIMIT = "8Gi"
 DEFAULT_FLASH_CONCURRENCY = 4
 DEFAULT_FLASH_BUFFER_KB = 4096
+DEFAULT_MODEL_IMAGE_PULL_POLICY = "Always"
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -47,6 +49,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty or invalid = no limit)."),
     EnvVar("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
            "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
+    EnvVar("DEFAULT_MODEL_IMAGE_PULL_POLICY", DEFAULT_MODEL_IMAGE_PULL_POLICY,
+           "imagePullPolicy of the model server container: Always, IfNotPresent or Never (anything else: Always)."),
 )
 
 
@@ -71,6 +75,8 @@ class ControllerDefaults:
     flash_loader: FlashLoaderDefaults = field(default_factory=FlashLoaderDefaults)
     backend_images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Per-backend image overrides keyed by canonical backend name (``vllm``, ``llamacpp``, …)."""
+    model_image_pull_policy: str = DEFAULT_MODEL_IMAGE_PULL_POLICY
+    """``imagePullPolicy`` of model server containers (``IfNotPresent``/``Never`` for preloaded images)."""
 
 
 def backend_image_env_name(backend: str) -> str:
@@ -87,7 +93,14 @@ def controller_defaults(env: Mapping[str, str], backends: tuple[str, ...] | None
         shm_size_limit=quantity_or_none(env.get("DEFAULT_SHM_SIZE_LIMIT")) or DEFAULT_SHM_SIZE_LIMIT,
         flash_loader=flash_loader_defaults(env),
         backend_images=MappingProxyType(images),
+        model_image_pull_policy=pull_policy(env.get("DEFAULT_MODEL_IMAGE_PULL_POLICY")),
     )
+
+
+def pull_policy(raw: str | None) -> str:
+    """A Kubernetes imagePullPolicy; unset or unknown values fall back to ``Always``."""
+    value = (raw or "").strip()
+    return value if value in PULL_POLICIES else DEFAULT_MODEL_IMAGE_PULL_POLICY
 
 
 def flash_loader_defaults(env: Mapping[str, str]) -> FlashLoaderDefaults:

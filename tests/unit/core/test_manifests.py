@@ -171,6 +171,13 @@ def test_image_precedence() -> None:
     assert container(render(env={"DEFAULT_VLLM_IMAGE": "env/vllm"}, image="own/img")[0])["image"] == "own/img"
 
 
+@pytest.mark.parametrize(("raw", "policy"), [(None, "Always"), ("IfNotPresent", "IfNotPresent"),
+                                             ("Never", "Never"), (" never ", "Always"), ("bogus", "Always")])
+def test_model_image_pull_policy_comes_from_the_controller_default(raw: str | None, policy: str) -> None:
+    env = {} if raw is None else {"DEFAULT_MODEL_IMAGE_PULL_POLICY": raw}
+    assert container(render(env=env)[0])["imagePullPolicy"] == policy
+
+
 def test_main_container_is_locked_down_and_explicit() -> None:
     deployment, _ = render()
     main = container(deployment)
