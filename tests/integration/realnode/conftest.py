@@ -1,0 +1,80 @@
+"""Session fixtures of the real-node journey: the node (hack/kube-node), the images built offline and
+imported into its containerd (hack/build-images), and the chart installed as an operator would.
+
+The modules run in file order (test_1_… to test_9_…), each one a step of the operator's journey; the last
+asserts that the egress guard dropped nothing. Timings of every step are printed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import real_node
+from support.helm_chart import CHART_DIR, Helm, pinned_helm
+from support.real_node import LLAMACPP_IMAGE, NAMESPACE, RELEASE, TIMINGS, RealNode
+
+IMAGE_VALUES = (
+    f"controller.runtime.backendImages.llamacpp={LLAMACPP_IMAGE}",
+    "controller.runtime.modelImagePullPolicy=IfNotPresent",
+)
+"""The only values the testbed adds to `helm install`: the local llama.cpp server image, used as present."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.realnode)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIMINGS:
+        terminalreporter.write_sep("-", "real-node timings")
+        for step, seconds in TIMINGS.items():
+            terminalreporter.write_line(f"{step:<40} {seconds:8.1f} s")
+
+
+@pytest.fixture(scope="session")
+def node() -> Iterator[RealNode]:
+    reason = real_node.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    began = time.monotonic()
+    tars = real_node.build_images("flexinfer", "llamacpp")
+    TIMINGS["images (build or cache hit)"] = time.monotonic() - began
+    node = real_node.start()
+    TIMINGS["node up"] = node.timings["up"]
+    began = time.monotonic()
+    node.import_images(*tars)
+    TIMINGS["image import"] = time.monotonic() - began
+    try:
+        yield node
+    finally:
+        if node.started:
+            TIMINGS["node down"] = real_node.stop()
+
+
+@pytest.fixture(scope="session")
+def helm(node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return pinned_helm(tmp_path_factory.mktemp("helm")).with_kubeconfig(node.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def release(node: RealNode, helm: Helm) -> str:
+    """README's `helm install` line verbatim (from the repository root), plus the image values and --wait."""
+    install = next(c for c in real_node.readme_quickstart() if c.startswith("helm install "))
+    args = shlex.split(install)[1:]
+    assert args[:3] == ["install", RELEASE, "charts/flexinfer"] and args[args.index("-n") + 1] == NAMESPACE
+    args[2] = str(CHART_DIR)
+    helm.run("uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False, timeout=180)
+    sets = [arg for value in IMAGE_VALUES for arg in ("--set", value)]
+    began = time.monotonic()
+    helm.run(*args, *sets, "--wait", "--timeout", "300s", timeout=330)
+    TIMINGS["helm install --wait"] = time.monotonic() - began
+    return RELEASE
