@@ -23,6 +23,8 @@ from support.kube_testbed import HACK_DIR, KubeTestbedError, run_kubectl
 SKIP_ENV = "FLEXINFER_SKIP_REALNODE"
 NAMESPACE = "flexinfer-system"
 RELEASE = "flexinfer"
+WEIGHTS_CLAIM = "tiny-weights"
+"""PersistentVolumeClaim (over a hostPath PV) holding tiny-a.gguf and tiny-b.gguf (conftest ``weights``)."""
 NODE_TIMEOUT_S = 300.0
 IMAGE_TIMEOUT_S = 45 * 60.0
 LLAMACPP_IMAGE = "localhost/flexinfer/llamacpp-server:0.3.36"
