@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from support.kube_testbed import HACK_DIR, KubeTestbedError, run_kubectl
+from support.tiny_gguf import write_tiny_gguf
 
 SKIP_ENV = "FLEXINFER_SKIP_REALNODE"
 NAMESPACE = "flexinfer-system"
@@ -29,6 +30,12 @@ NODE_TIMEOUT_S = 300.0
 IMAGE_TIMEOUT_S = 45 * 60.0
 LLAMACPP_IMAGE = "localhost/flexinfer/llamacpp-server:0.3.36"
 """The CPU model-server image ``hack/build-images llamacpp`` builds (tag = the pinned llama-cpp-python)."""
+IMAGE_VALUES = (
+    f"controller.runtime.backendImages.llamacpp={LLAMACPP_IMAGE}",
+    "controller.runtime.modelImagePullPolicy=IfNotPresent",
+)
+"""The only values the testbed adds to `helm install`: the local llama.cpp server image, used as present."""
+SHARED_GROUP = "node-gpu"
 TIMINGS: dict[str, float] = {}
 """Measured durations of the session's steps, printed by the real-node conftest at the end."""
 
@@ -137,3 +144,56 @@ def wait_for(probe: Callable[[], Any], timeout: float, what: str, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}: last={last!r}")
+
+
+WEIGHTS_MANIFEST = """
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: flexinfer-{claim}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadOnlyMany]
+  storageClassName: local-weights
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {{path: {path}, type: Directory}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {claim}, namespace: {namespace}}}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: local-weights
+  volumeName: flexinfer-{claim}
+  resources: {{requests: {{storage: 1Gi}}}}
+"""
+
+
+
+def create_weights(node: RealNode) -> str:
+    """tiny-a.gguf and tiny-b.gguf on a hostPath PV under the node's state dir, bound to WEIGHTS_CLAIM."""
+    path = node.state_dir / "weights"
+    path.mkdir(exist_ok=True)
+    path.chmod(0o755)  # model servers and the flash-loader run as uid 65532
+    for seed, name in enumerate(("tiny-a", "tiny-b"), start=1):
+        write_tiny_gguf(path / f"{name}.gguf", seed=seed).chmod(0o644)
+    node.apply(WEIGHTS_MANIFEST.format(claim=WEIGHTS_CLAIM, path=path, namespace=NAMESPACE))
+    wait_for(lambda: node.get("pvc", WEIGHTS_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
+             "the weights claim to be bound")
+    return WEIGHTS_CLAIM
+
+
+def shared_models_manifest() -> str:
+    """tiny-a (priority 100) and tiny-b (priority 200): llama.cpp Models in one shared group on amd.com/gpu."""
+    return "".join(f"""
+---
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  backend: llamacpp
+  source: pvc://{WEIGHTS_CLAIM}/{name}.gguf
+  gpu: {{vendor: amd, shared: {SHARED_GROUP}, priority: {priority}}}
+  serverless: {{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}}
+  cache: {{compilationCache: {{enabled: false}}}}
+  resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
+""" for name, priority in (("tiny-a", 100), ("tiny-b", 200)))

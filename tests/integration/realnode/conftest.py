@@ -16,14 +16,7 @@ import pytest
 
 from support import real_node
 from support.helm_chart import CHART_DIR, Helm, pinned_helm
-from support.real_node import LLAMACPP_IMAGE, NAMESPACE, RELEASE, TIMINGS, WEIGHTS_CLAIM, RealNode, wait_for
-from support.tiny_gguf import write_tiny_gguf
-
-IMAGE_VALUES = (
-    f"controller.runtime.backendImages.llamacpp={LLAMACPP_IMAGE}",
-    "controller.runtime.modelImagePullPolicy=IfNotPresent",
-)
-"""The only values the testbed adds to `helm install`: the local llama.cpp server image, used as present."""
+from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, TIMINGS, WEIGHTS_CLAIM, RealNode
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -81,39 +74,9 @@ def release(node: RealNode, helm: Helm) -> str:
     return RELEASE
 
 
-WEIGHTS = """
-apiVersion: v1
-kind: PersistentVolume
-metadata: {{name: flexinfer-{claim}}}
-spec:
-  capacity: {{storage: 1Gi}}
-  accessModes: [ReadOnlyMany]
-  storageClassName: local-weights
-  persistentVolumeReclaimPolicy: Retain
-  hostPath: {{path: {path}, type: Directory}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: {claim}, namespace: {namespace}}}
-spec:
-  accessModes: [ReadOnlyMany]
-  storageClassName: local-weights
-  volumeName: flexinfer-{claim}
-  resources: {{requests: {{storage: 1Gi}}}}
-"""
-
-
 @pytest.fixture(scope="session")
 def weights(node: RealNode, release: str) -> Iterator[str]:
     """Tiny GGUF models (tiny-a.gguf, tiny-b.gguf) on a hostPath PV, bound to the claim WEIGHTS_CLAIM."""
-    path = node.state_dir / "weights"
-    path.mkdir(exist_ok=True)
-    path.chmod(0o755)  # model servers and the flash-loader run as uid 65532
-    for seed, name in enumerate(("tiny-a", "tiny-b"), start=1):
-        write_tiny_gguf(path / f"{name}.gguf", seed=seed).chmod(0o644)
-    node.apply(WEIGHTS.format(claim=WEIGHTS_CLAIM, path=path, namespace=NAMESPACE))
-    wait_for(lambda: node.get("pvc", WEIGHTS_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
-             "the weights claim to be bound")
-    yield WEIGHTS_CLAIM
+    yield real_node.create_weights(node)
     node.kubectl("delete", "pvc", WEIGHTS_CLAIM, "-n", NAMESPACE, "--timeout=60s", check=False)
     node.kubectl("delete", "pv", f"flexinfer-{WEIGHTS_CLAIM}", "--timeout=60s", check=False)

@@ -20,31 +20,14 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.real_node import NAMESPACE, WEIGHTS_CLAIM, RealNode, record, wait_for
+from support.real_node import NAMESPACE, RealNode, record, shared_models_manifest, wait_for
 
-GROUP = "node-gpu"
 REQUEST_TIMEOUT_S = 300.0
-
-
-def manifests() -> str:
-    return "".join(f"""
----
-apiVersion: ai.flexinfer/v1alpha2
-kind: Model
-metadata: {{name: {name}, namespace: {NAMESPACE}}}
-spec:
-  backend: llamacpp
-  source: pvc://{WEIGHTS_CLAIM}/{name}.gguf
-  gpu: {{vendor: amd, shared: {GROUP}, priority: {priority}}}
-  serverless: {{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}}
-  cache: {{compilationCache: {{enabled: false}}}}
-  resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
-""" for name, priority in (("tiny-a", 100), ("tiny-b", 200)))
 
 
 @pytest.fixture(scope="module")
 def models(node: RealNode, weights: str) -> Iterator[None]:
-    node.apply(manifests())
+    node.apply(shared_models_manifest())
     wait_for(lambda: all(phase(node, m) == "Idle" for m in ("tiny-a", "tiny-b")), 60, "both Models Idle")
     yield
     node.kubectl("delete", "mdl", "tiny-a", "tiny-b", "-n", NAMESPACE, "--wait=true", "--timeout=120s", check=False)
