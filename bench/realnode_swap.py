@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import statistics
 import sys
-import threading
 import time
 import urllib.request
 from datetime import datetime
@@ -38,43 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support import real_node
 from support.helm_chart import CHART_DIR, pinned_helm
-from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, RealNode, wait_for
+from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, ApiWatch, RealNode, wait_for
 
 STAGES = ("decision", "pod created", "scheduled", "container running", "server listening", "pod Ready",
           "Model Ready", "reply")
-
-
-class Watcher:
-    """Local receipt times of Deployment, Pod and Model changes in the namespace (API watch streams)."""
-
-    def __init__(self, node: RealNode) -> None:
-        self.api = node.env["FLEXINFER_NODE_API"]
-        self.token = (node.state_dir / "pki" / "admin.token").read_text().strip()
-        self.events: list[tuple[float, str, dict[str, Any]]] = []
-        self.lock = threading.Lock()
-        self.tls = ssl.create_default_context()
-        self.tls.check_hostname, self.tls.verify_mode = False, ssl.CERT_NONE
-        for path in (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", f"/api/v1/namespaces/{NAMESPACE}/pods",
-                     f"/apis/ai.flexinfer/v1alpha2/namespaces/{NAMESPACE}/models"):
-            threading.Thread(target=self._watch, args=(path,), daemon=True).start()
-
-    def _watch(self, path: str) -> None:
-        req = urllib.request.Request(f"{self.api}{path}?watch=1", headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(req, context=self.tls) as stream:
-            for line in stream:
-                obj = json.loads(line)["object"]
-                with self.lock:
-                    self.events.append((time.monotonic(), obj["kind"], obj))
-
-    def first(self, after: float, kind: str, name: str, predicate: Any) -> float | None:
-        with self.lock:
-            events = list(self.events)
-        for at, k, obj in events:
-            meta = obj["metadata"]
-            label = meta.get("labels", {}).get("flexinfer.ai/model", meta["name"])
-            if at >= after and k == kind and label == name and predicate(obj):
-                return at
-        return None
 
 
 def condition(obj: dict[str, Any], kind: str) -> bool:
@@ -97,7 +62,7 @@ def listening_at(node: RealNode, model: str, monotonic_now: float) -> float | No
     return None
 
 
-def measure(node: RealNode, watcher: Watcher, base: str, model: str) -> dict[str, float]:
+def measure(node: RealNode, watcher: ApiWatch, base: str, model: str) -> dict[str, float]:
     sent = time.monotonic()
     body = json.dumps({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).encode()
     req = urllib.request.Request(f"{base}/v1/chat/completions", data=body,
@@ -162,7 +127,7 @@ def main() -> int:
     node = real_node.start()
     try:
         base = setup(node)
-        watcher = Watcher(node)
+        watcher = ApiWatch(node)
         results: dict[str, list[dict[str, float]]] = {"cold start tiny-a": [], "swap tiny-a → tiny-b": []}
         for _ in range(args.rounds):
             idle(node)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,3 +200,44 @@ spec:
   cache: {{compilationCache: {{enabled: false}}}}
   resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
 """ for name, priority in (("tiny-a", 100), ("tiny-b", 200)))
+
+
+class ApiWatch:
+    """Local receipt times (``time.monotonic``) of Deployment, Pod and Model changes in the release namespace,
+    from API watch streams (one daemon thread each), so tests and benchmarks can time what users cannot see."""
+
+    def __init__(self, node: RealNode) -> None:
+        self.api = node.env["FLEXINFER_NODE_API"]
+        self.token = (node.state_dir / "pki" / "admin.token").read_text().strip()
+        self.events: list[tuple[float, str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        self.tls = ssl.create_default_context()
+        self.tls.check_hostname, self.tls.verify_mode = False, ssl.CERT_NONE
+        paths = (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                 f"/apis/ai.flexinfer/v1alpha2/namespaces/{NAMESPACE}/models")
+        connected = [threading.Event() for _ in paths]
+        for path, event in zip(paths, connected, strict=True):
+            threading.Thread(target=self._watch, args=(path, event), daemon=True).start()
+        for event in connected:
+            if not event.wait(30):
+                raise AssertionError("an API watch did not connect within 30 s")
+
+    def _watch(self, path: str, connected: threading.Event) -> None:
+        req = urllib.request.Request(f"{self.api}{path}?watch=1", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, context=self.tls) as stream:
+            connected.set()
+            for line in stream:
+                obj = json.loads(line)["object"]
+                with self.lock:
+                    self.events.append((time.monotonic(), obj["kind"], obj))
+
+    def first(self, after: float, kind: str, name: str, predicate: Callable[[dict[str, Any]], bool]) -> float | None:
+        """When the first change after ``after`` of ``kind`` for model ``name`` matching ``predicate`` arrived."""
+        with self.lock:
+            events = list(self.events)
+        for at, k, obj in events:
+            meta = obj["metadata"]
+            label = meta.get("labels", {}).get("flexinfer.ai/model", meta["name"])
+            if at >= after and k == kind and label == name and predicate(obj):
+                return at
+        return None

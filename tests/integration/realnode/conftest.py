@@ -2,7 +2,8 @@
 imported into its containerd (hack/build-images), and the chart installed as an operator would.
 
 The modules run in file order (test_1_… to test_9_…), each one a step of the operator's journey; the last
-asserts that the egress guard dropped nothing. Timings of every step are printed at the end of the session.
+asserts that the egress guard dropped nothing. The fixtures are package-scoped: a node started here is stopped
+right after the last real-node test, before the rest of the suite runs. Timings are printed at the end.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"{step:<40} {seconds:8.1f} s")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node() -> Iterator[RealNode]:
     reason = real_node.unavailable_reason()
     if reason is not None:
@@ -54,12 +55,12 @@ def node() -> Iterator[RealNode]:
             TIMINGS["node down"] = real_node.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def helm(node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return pinned_helm(tmp_path_factory.mktemp("helm")).with_kubeconfig(node.kubeconfig)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def release(node: RealNode, helm: Helm) -> str:
     """README's `helm install` line verbatim (from the repository root), plus the image values and --wait."""
     install = next(c for c in real_node.readme_quickstart() if c.startswith("helm install "))
@@ -74,7 +75,7 @@ def release(node: RealNode, helm: Helm) -> str:
     return RELEASE
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def weights(node: RealNode, release: str) -> Iterator[str]:
     """Tiny GGUF models (tiny-a.gguf, tiny-b.gguf) on a hostPath PV, bound to the claim WEIGHTS_CLAIM."""
     yield real_node.create_weights(node)
