@@ -129,7 +129,8 @@ def test_upgrade_then_rollback_then_uninstall(testbed: KubeTestbed, tmp_path_fac
     ns = ("--namespace", LIFECYCLE)
 
     def env_of(component: str) -> dict[str, str]:
-        body = testbed.kubectl_json("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-{component}")
+        name = f"{LIFECYCLE}-{'controller' if component == 'manager' else component}"
+        body = testbed.kubectl_json("-n", LIFECYCLE, "get", "deployment", name)
         return env_map(container(body, component))
 
     def absent(*args: str) -> bool:
