@@ -89,7 +89,7 @@ def test_install_creates_crds_and_workloads(testbed: KubeTestbed, installed: Hel
         testbed.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
     status = installed.run("status", RELEASE, "--namespace", NAMESPACE).stdout
     assert "STATUS: deployed" in status and "REVISION: 1" in status
-    manager = container(deployment(testbed, "flexinfer-manager"), "manager")
+    manager = container(deployment(testbed, "flexinfer-controller"), "manager")
     assert env_map(manager)["DEFAULT_FLASH_LOADER_ENABLED"] == "false"
     assert deployment(testbed, "flexinfer-proxy")["spec"]["replicas"] == 1
     for sa in ("flexinfer-manager", "flexinfer-proxy"):
@@ -161,7 +161,8 @@ def test_upgrade_then_rollback_then_uninstall(testbed: KubeTestbed, tmp_path_fac
     ns = ("--namespace", LIFECYCLE)
 
     def env_of(component: str) -> dict[str, str]:
-        body = testbed.kubectl_json("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-{component}")
+        name = f"{LIFECYCLE}-{'controller' if component == 'manager' else component}"
+        body = testbed.kubectl_json("-n", LIFECYCLE, "get", "deployment", name)
         return env_map(container(body, component))
 
     def absent(*args: str) -> bool:
@@ -193,7 +194,7 @@ def test_upgrade_then_rollback_then_uninstall(testbed: KubeTestbed, tmp_path_fac
     assert absent("-n", LIFECYCLE, "get", "poddisruptionbudget", f"{LIFECYCLE}-proxy")
 
     helm.run("uninstall", LIFECYCLE, *ns, timeout=300)
-    assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-manager")
+    assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-controller")
     assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-proxy")
     assert absent("get", "clusterrole", f"{LIFECYCLE}-manager")
     # helm never deletes CRDs from crds/ (that would delete every Model): they stay.

@@ -71,7 +71,8 @@ before forwarding (docs/tracing.md). Nothing for the default (true, the program'
 {{- end }}
 {{- end }}
 
-{{/* Manager runtime defaults: DEFAULT_FLASH_LOADER_ENABLED always, the rest only when set. */}}
+{{/* Manager runtime defaults: DEFAULT_FLASH_LOADER_ENABLED always, the rest (incl. DEFAULT_<BACKEND>_IMAGE
+and DEFAULT_MODEL_IMAGE_PULL_POLICY) only when set. */}}
 {{- define "flexinfer.env.runtimeDefaults" -}}
 {{- $runtime := .Values.controller.runtime }}
 {{- with $runtime.shmSizeLimit }}
@@ -91,6 +92,16 @@ before forwarding (docs/tracing.md). Nothing for the default (true, the program'
 - name: DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT
   value: {{ . | quote }}
 {{- end }}
+{{- end }}
+{{- range $backend, $image := $runtime.backendImages }}
+{{- if $image }}
+- name: DEFAULT_{{ $backend | upper | replace "-" "_" | replace "." "_" }}_IMAGE
+  value: {{ $image | quote }}
+{{- end }}
+{{- end }}
+{{- with $runtime.modelImagePullPolicy }}
+- name: DEFAULT_MODEL_IMAGE_PULL_POLICY
+  value: {{ . | quote }}
 {{- end }}
 {{- end }}
 

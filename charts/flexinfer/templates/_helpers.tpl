@@ -54,6 +54,11 @@ app.kubernetes.io/part-of: flexinfer
 {{- printf "%s-manager" (include "flexinfer.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The manager's Deployment: <fullname>-controller (`deploy/flexinfer-controller` for a release named flexinfer). */}}
+{{- define "flexinfer.controller.fullname" -}}
+{{- printf "%s-controller" (include "flexinfer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "flexinfer.proxy.fullname" -}}
 {{- printf "%s-proxy" (include "flexinfer.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

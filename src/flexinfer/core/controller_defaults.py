@@ -29,6 +29,8 @@ FLEXINFER_IMAGE = f"{FLEXINFER_IMAGE_REPOSITORY}:{__version__}"
 DEFAULT_SHM_SIZE_LIMIT = "8Gi"
 DEFAULT_FLASH_CONCURRENCY = 4
 DEFAULT_FLASH_BUFFER_KB = 4096
+DEFAULT_MODEL_IMAGE_PULL_POLICY = "Always"
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
 FALLBACK = Policy.FALLBACK
@@ -54,6 +56,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty = no limit).", Kind.QUANTITY, FALLBACK),
     EnvVar("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
            "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
+    EnvVar("DEFAULT_MODEL_IMAGE_PULL_POLICY", DEFAULT_MODEL_IMAGE_PULL_POLICY,
+           "imagePullPolicy of the model server container: Always, IfNotPresent or Never.", Kind.CHOICE),
 )
 
 
@@ -78,6 +82,8 @@ class ControllerDefaults:
     flash_loader: FlashLoaderDefaults = field(default_factory=FlashLoaderDefaults)
     backend_images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Per-backend image overrides keyed by canonical backend name (``vllm``, ``llamacpp``, …)."""
+    model_image_pull_policy: str = DEFAULT_MODEL_IMAGE_PULL_POLICY
+    """``imagePullPolicy`` of model server containers (``IfNotPresent``/``Never`` for preloaded images)."""
 
 
 def backend_image_env_name(backend: str) -> str:
@@ -100,6 +106,8 @@ def controller_defaults(env: Mapping[str, str], backends: tuple[str, ...] | None
         or DEFAULT_SHM_SIZE_LIMIT,
         flash_loader=flash_loader_defaults(env, warn=warn),
         backend_images=MappingProxyType(images),
+        model_image_pull_policy=reader.choice("DEFAULT_MODEL_IMAGE_PULL_POLICY", PULL_POLICIES,
+                                              DEFAULT_MODEL_IMAGE_PULL_POLICY, Policy.STRICT),
     )
 
 

@@ -185,13 +185,14 @@ class EnvReader:
             return self.invalid(name, raw, "not a byte size (use e.g. 1048576 or 32Mi)", default, policy)
 
     def choice(self, name: str, choices: tuple[str, ...], default: str, policy: Policy = Policy.STRICT) -> str:
-        """One of ``choices`` (case-insensitive)."""
-        raw = self.raw(name).lower()
+        """One of ``choices`` (case-insensitive), spelled as in ``choices``."""
+        raw = self.raw(name)
         if not raw:
             return default
-        if raw not in choices:
+        found = next((choice for choice in choices if choice.lower() == raw.lower()), None)
+        if found is None:
             return self.invalid(name, raw, f"not one of {', '.join(choices)}", default, policy)
-        return raw
+        return found
 
     def invalid(self, name: str, raw: str, problem: str, default: T, policy: Policy, *, shown: str | None = None) -> T:
         """Apply ``policy`` to an unparsable value: raise, or warn and return ``default``.

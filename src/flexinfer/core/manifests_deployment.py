@@ -133,7 +133,8 @@ def _spread(selector: dict[str, str]) -> Json:
 
 
 def _model_container(model: Model, inputs: PodInputs, backend: BackendDefaults, mounts: list[Json]) -> Json:
-    container: Json = {"name": "model", "image": container_image(model, inputs, backend), "imagePullPolicy": "Always"}
+    container: Json = {"name": "model", "image": container_image(model, inputs, backend),
+                       "imagePullPolicy": inputs.defaults.model_image_pull_policy}
     args = container_args(model, backend)
     if args:
         container["args"] = args

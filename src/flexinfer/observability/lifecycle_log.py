@@ -31,7 +31,7 @@ class LifecycleLog(NullObserver):
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._state, self._clock = state, clock
         self._ready_at: dict[ModelKey, float] = {}
-        self._preempted_by: dict[ModelKey, ModelKey] = {}
+        self._preempted_by: dict[ModelKey, str] = {}
 
     def phase_changed(self, model: Model, old: str | None, new: str) -> None:
         key = model.key
@@ -45,12 +45,14 @@ class LifecycleLog(NullObserver):
         elif new == "Failed":
             self._failed(key, old)
 
-    def preempted(self, loser: Model, winner: Model) -> None:
-        self._preempted_by[loser.key] = winner.key
-        _info("swap_decided", winner.key,
-              f"swap decided: {winner.key} (priority {winner.priority}) preempts {loser.key} (priority "
-              f"{loser.priority}) on GPU group {winner.group}; {loser.key} drains, then stops",
-              loser=loser.key, group=winner.group)
+    def preempted(self, loser: Model, by: str) -> None:
+        """``by`` names the winner in the loser's namespace (a shared group never spans namespaces), or is a
+        GPULease holder (``gpu-lease/<owner>``), logged as it is."""
+        winner = by if "/" in by else ModelKey(loser.namespace, by)
+        self._preempted_by[loser.key] = winner
+        _info("swap_decided", winner,
+              f"swap decided: {winner} preempts {loser.key} (priority {loser.priority}) on GPU group {loser.group}; "
+              f"{loser.key} drains, then stops", loser=loser.key, group=loser.group)
 
     def activation(self, record: ActivationRecord) -> None:
         key = record.model.key
@@ -86,5 +88,5 @@ class LifecycleLog(NullObserver):
                            "error": first, "backoff_s": None if backoff is None else round(backoff, 3)})
 
 
-def _info(event: str, key: ModelKey, message: str, **fields: object) -> None:
+def _info(event: str, key: str, message: str, **fields: object) -> None:
     log.info("%s", message, extra={"event": event, "model": key, **fields})

@@ -13,8 +13,11 @@ from support.helm_chart import Helm, HelmError, container, find
 COMPONENTS = (("controller", "manager"), ("proxy", "proxy"))
 
 
+DEPLOYMENTS = {"manager": "flexinfer-controller", "proxy": "flexinfer-proxy"}
+
+
 def env_list(docs: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
-    return list(container(find(docs, "Deployment", f"flexinfer-{component}"), component).get("env", []))
+    return list(container(find(docs, "Deployment", DEPLOYMENTS[component]), component).get("env", []))
 
 
 def test_several_managers_without_leader_election_are_refused(helm: Helm) -> None:
@@ -25,7 +28,7 @@ def test_several_managers_without_leader_election_are_refused(helm: Helm) -> Non
 @pytest.mark.parametrize(("replicas", "elect"), [(1, "false"), (2, "true"), (3, "true")])
 def test_allowed_replica_and_election_combinations_render(helm: Helm, replicas: int, elect: str) -> None:
     docs = helm.template(f"controller.replicas={replicas}", f"controller.leaderElect={elect}")
-    assert find(docs, "Deployment", "flexinfer-manager")["spec"]["replicas"] == replicas
+    assert find(docs, "Deployment", DEPLOYMENTS["manager"])["spec"]["replicas"] == replicas
 
 
 @pytest.mark.parametrize(("key", "component"), COMPONENTS)

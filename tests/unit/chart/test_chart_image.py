@@ -78,20 +78,20 @@ def test_image_subcommands_are_registered() -> None:
 
 
 def test_chart_runs_registered_subcommands(default_docs: list[dict[str, Any]]) -> None:
-    for name in ("manager", "proxy"):
-        args = container(find(default_docs, "Deployment", f"flexinfer-{name}"), name)["args"]
+    for deployment, name in (("flexinfer-controller", "manager"), ("flexinfer-proxy", "proxy")):
+        args = container(find(default_docs, "Deployment", deployment), name)["args"]
         assert args[0] == name
         assert args[0] in subcommands()
 
 
 def test_chart_args_parse_with_the_real_cli(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
     parser = build_parser()
-    manager = container(find(default_docs, "Deployment", "flexinfer-manager"), "manager")["args"]
+    manager = container(find(default_docs, "Deployment", "flexinfer-controller"), "manager")["args"]
     parsed = parser.parse_args(manager)
     assert (parsed.command, parsed.metrics_bind_address, parsed.health_probe_bind_address, parsed.leader_elect,
             parsed.namespace) == ("manager", ":8080", ":8081", True, [])  # no --namespace: kopf cluster-wide
     follower = helm.template("controller.leaderElect=false", "controller.ports.metrics=9090")
-    parsed = parser.parse_args(container(find(follower, "Deployment", "flexinfer-manager"), "manager")["args"])
+    parsed = parser.parse_args(container(find(follower, "Deployment", "flexinfer-controller"), "manager")["args"])
     assert (parsed.metrics_bind_address, parsed.leader_elect) == (":9090", None)
     deployment = container(find(default_docs, "Deployment", "flexinfer-proxy"), "proxy")
     proxy = parser.parse_args(deployment["args"])
@@ -107,7 +107,7 @@ def test_chart_versions_follow_the_package(default_docs: list[dict[str, Any]]) -
     assert chart["appVersion"] == chart["version"] == project["version"] == flexinfer.__version__
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     expected = f"{values['image']['repository']}:{chart['appVersion']}"
-    manager = container(find(default_docs, "Deployment", "flexinfer-manager"), "manager")
+    manager = container(find(default_docs, "Deployment", "flexinfer-controller"), "manager")
     proxy = container(find(default_docs, "Deployment", "flexinfer-proxy"), "proxy")
     flash_image = next(e["value"] for e in manager["env"] if e["name"] == "DEFAULT_FLASH_LOADER_IMAGE")
     assert manager["image"] == proxy["image"] == flash_image == expected

@@ -57,7 +57,7 @@ NO_SCHEMA_KINDS = {"ServiceMonitor", "PodMonitor"}
 
 
 def manager_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return env_map(container(find(docs, "Deployment", "flexinfer-manager"), "manager"))
+    return env_map(container(find(docs, "Deployment", "flexinfer-controller"), "manager"))
 
 
 def proxy_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def test_default_render_has_the_expected_objects(default_docs: list[dict[str, An
     assert kinds == [
         ("ClusterRole", "flexinfer-manager"),
         ("ClusterRoleBinding", "flexinfer-manager"),
-        ("Deployment", "flexinfer-manager"),
+        ("Deployment", "flexinfer-controller"),
         ("Deployment", "flexinfer-proxy"),
         ("Role", "flexinfer-manager-leader-election"),
         ("Role", "flexinfer-proxy"),
@@ -102,7 +102,7 @@ def test_default_render_has_the_expected_objects(default_docs: list[dict[str, An
 
 
 def test_manager_deployment_contract(default_docs: list[dict[str, Any]]) -> None:
-    deployment = find(default_docs, "Deployment", "flexinfer-manager")
+    deployment = find(default_docs, "Deployment", "flexinfer-controller")
     manager = container(deployment, "manager")
     assert manager["image"] == IMAGE
     assert manager["args"][0] == "manager" and "--leader-elect" in manager["args"]
@@ -217,9 +217,32 @@ def test_optional_runtime_env_only_when_set(helm: Helm) -> None:
 
 def test_image_tag_defaults_to_app_version_and_is_shared(helm: Helm) -> None:
     docs = helm.template("image.tag=1.2.3")
-    images = {container(find(docs, "Deployment", f"flexinfer-{c}"), c)["image"] for c in ("manager", "proxy")}
+    images = {container(find(docs, "Deployment", name), c)["image"]
+              for name, c in (("flexinfer-controller", "manager"), ("flexinfer-proxy", "proxy"))}
     assert images == {"ghcr.io/flexinfer/flexinfer:1.2.3"}
     assert manager_env(docs)["DEFAULT_FLASH_LOADER_IMAGE"] == "ghcr.io/flexinfer/flexinfer:1.2.3"
+
+
+def test_backend_images_and_model_pull_policy_reach_the_manager(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
+    defaults = manager_env(default_docs)
+    assert not {k for k in defaults if k.endswith("_IMAGE") and k != "DEFAULT_FLASH_LOADER_IMAGE"}
+    assert "DEFAULT_MODEL_IMAGE_PULL_POLICY" not in defaults
+    env = manager_env(helm.template("controller.runtime.backendImages.llamacpp=local/llama:1",
+                                    "controller.runtime.backendImages.mlc-llm=local/mlc:2",
+                                    "controller.runtime.backendImages.vllm=",
+                                    "controller.runtime.modelImagePullPolicy=IfNotPresent"))
+    assert (env["DEFAULT_LLAMACPP_IMAGE"], env["DEFAULT_MLC_LLM_IMAGE"]) == ("local/llama:1", "local/mlc:2")
+    assert "DEFAULT_VLLM_IMAGE" not in env
+    assert env["DEFAULT_MODEL_IMAGE_PULL_POLICY"] == "IfNotPresent"
+
+
+def test_model_pull_policy_and_backend_keys_are_validated(helm: Helm) -> None:
+    bad_policy = helm.run("template", "x", str(CHART_DIR), "--set", "controller.runtime.modelImagePullPolicy=Sometimes",
+                          check=False)
+    assert bad_policy.returncode != 0 and "modelImagePullPolicy" in bad_policy.stderr
+    bad_backend = helm.run("template", "x", str(CHART_DIR), "--set", "controller.runtime.backendImages.llama=x",
+                           check=False)
+    assert bad_backend.returncode != 0 and "llama" in bad_backend.stderr
 
 
 def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
@@ -266,7 +289,7 @@ def test_proxy_auth_without_secret_is_refused(helm: Helm) -> None:
 def test_proxy_disabled_renders_no_proxy_objects(helm: Helm) -> None:
     docs = helm.template("proxy.enabled=false", "proxy.replicas=3", "metrics.serviceMonitor.enabled=true")
     assert not [d for d in docs if d["metadata"]["name"].startswith("flexinfer-proxy")]
-    assert find(docs, "Deployment", "flexinfer-manager")
+    assert find(docs, "Deployment", "flexinfer-controller")
 
 
 @pytest.mark.parametrize(("replicas", "expect_pdb"), [(1, False), (2, True)])
@@ -291,12 +314,12 @@ def test_monitors_only_when_enabled(helm: Helm, default_docs: list[dict[str, Any
 
 
 def test_security_contexts_and_resources(default_docs: list[dict[str, Any]]) -> None:
-    for name in ("manager", "proxy"):
-        pod = find(default_docs, "Deployment", f"flexinfer-{name}")["spec"]["template"]["spec"]
+    for deployment, name in (("flexinfer-controller", "manager"), ("flexinfer-proxy", "proxy")):
+        pod = find(default_docs, "Deployment", deployment)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == 65532
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-        c = container(find(default_docs, "Deployment", f"flexinfer-{name}"), name)
+        c = container(find(default_docs, "Deployment", deployment), name)
         assert c["securityContext"] == {
             "runAsNonRoot": True,
             "readOnlyRootFilesystem": True,

@@ -192,6 +192,18 @@ def test_image_precedence() -> None:
     assert container(render(env={"DEFAULT_VLLM_IMAGE": "env/vllm"}, image="own/img")[0])["image"] == "own/img"
 
 
+@pytest.mark.parametrize(("raw", "policy"), [(None, "Always"), ("IfNotPresent", "IfNotPresent"),
+                                             ("Never", "Never"), ("never", "Never")])
+def test_model_image_pull_policy_comes_from_the_controller_default(raw: str | None, policy: str) -> None:
+    env = {} if raw is None else {"DEFAULT_MODEL_IMAGE_PULL_POLICY": raw}
+    assert container(render(env=env)[0])["imagePullPolicy"] == policy
+
+
+def test_an_unknown_model_image_pull_policy_is_an_error_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match="DEFAULT_MODEL_IMAGE_PULL_POLICY='bogus'"):
+        render(env={"DEFAULT_MODEL_IMAGE_PULL_POLICY": "bogus"})
+
+
 def test_main_container_is_locked_down_and_explicit() -> None:
     deployment, _ = render()
     main = container(deployment)

@@ -10,7 +10,7 @@ import pytest
 
 from flexinfer.api.model import ActivationStatus, Model, ModelStatus
 from flexinfer.kube.lifecycle import LifecycleTracker, PassFacts
-from flexinfer.kube.ports import NullSink
+from flexinfer.runtime.observer import NullObserver
 from support.resource_builders import make_model
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -25,7 +25,7 @@ def step(tracker: LifecycleTracker, model: Model, status: ModelStatus, after: Mo
 
 def test_cold_start_stop_and_failure_lines(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="flexinfer.lifecycle")
-    tracker, model = LifecycleTracker(NullSink()), make_model("m")  # type: ignore[arg-type]
+    tracker, model = LifecycleTracker(NullObserver()), make_model("m")
     act = ActivationStatus(kind="cold_start", decided_at=T0)
     status = ModelStatus(phase="Idle")
     status = step(tracker, model, status, ModelStatus(phase="Pending", activation=act), 0)

@@ -1,0 +1,243 @@
+"""The one-node cluster where pods run (``hack/kube-node``) and the images it runs (``hack/build-images``).
+
+Used by the ``realnode`` integration tests (tests/integration/realnode). Starting a node changes the host
+(iptables, sysctls, cgroups, bridges; ``hack/kube-node down`` restores it), so it needs root, and
+``FLEXINFER_SKIP_REALNODE=1`` skips those tests on a developer's workstation. A node that is already up is
+reused and left running; a node these helpers started is stopped by ``stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from support.kube_testbed import HACK_DIR, KubeTestbedError, run_kubectl
+from support.tiny_gguf import write_tiny_gguf
+
+SKIP_ENV = "FLEXINFER_SKIP_REALNODE"
+NAMESPACE = "flexinfer-system"
+RELEASE = "flexinfer"
+WEIGHTS_CLAIM = "tiny-weights"
+"""PersistentVolumeClaim (over a hostPath PV) holding tiny-a.gguf and tiny-b.gguf (conftest ``weights``)."""
+NODE_TIMEOUT_S = 300.0
+IMAGE_TIMEOUT_S = 45 * 60.0
+LLAMACPP_IMAGE = "localhost/flexinfer/llamacpp-server:0.3.36"
+"""The CPU model-server image ``hack/build-images llamacpp`` builds (tag = the pinned llama-cpp-python)."""
+IMAGE_VALUES = (
+    f"controller.runtime.backendImages.llamacpp={LLAMACPP_IMAGE}",
+    "controller.runtime.modelImagePullPolicy=IfNotPresent",
+)
+"""The only values the testbed adds to `helm install`: the local llama.cpp server image, used as present."""
+SHARED_GROUP = "node-gpu"
+TIMINGS: dict[str, float] = {}
+"""Measured durations of the session's steps, printed by the real-node conftest at the end."""
+
+
+def record(step: str, seconds: float) -> None:
+    TIMINGS[step] = seconds
+
+
+def readme_quickstart() -> list[str]:
+    """The commands of README's "Quickstart: Kubernetes" block, comments stripped, in order."""
+    from support.kube_testbed import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text.split("## Quickstart: Kubernetes", 1)[1].split("\n## ", 1)[0]
+    block = section.split("\n\n", 2)[1]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("    ")]
+
+
+def unavailable_reason() -> str | None:
+    """Why the real-node tests cannot run here, or ``None`` when they can."""
+    if os.environ.get(SKIP_ENV, "").strip() in ("1", "true", "yes"):
+        return f"{SKIP_ENV} is set: real-node tests skipped (they change iptables, sysctls, cgroups, bridges)"
+    if os.geteuid() != 0:
+        return "real-node tests need root (hack/kube-node changes iptables, sysctls, cgroups and links)"
+    return None
+
+
+def _script(args: Sequence[str | Path], timeout: float) -> str:
+    env = {**os.environ, "FLEXINFER_NODE_PYTHON": sys.executable}
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env=env, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.splitlines()[-30:])
+        raise KubeTestbedError(f"{' '.join(map(str, args))} exited {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+@dataclass
+class RealNode:
+    """A running node: its env file's values, and whether this process started it."""
+
+    env: dict[str, str]
+    started: bool
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.env["KUBECONFIG"])
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["FLEXINFER_NODE_DIR"])
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        """``kubectl get ... -o json`` parsed."""
+        out: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+        return out
+
+    def apply(self, manifest: str) -> None:
+        self.kubectl("apply", "-f", "-", input=manifest)
+
+    def guard_drops(self) -> int:
+        """Packets the egress guard dropped since ``up`` (IPv4 + IPv6)."""
+        return int(_script([HACK_DIR / "kube-node", "guard-drops"], timeout=30).strip())
+
+    def import_images(self, *tars: Path) -> None:
+        _script([HACK_DIR / "kube-node", "import", *tars], timeout=300)
+
+
+def start() -> RealNode:
+    """The node, started unless already up (``hack/kube-node up`` is idempotent)."""
+    probe = subprocess.run([str(HACK_DIR / "kube-node"), "status"], capture_output=True, text=True,
+                           timeout=60, check=False)
+    began = time.monotonic()
+    env_file = Path(_script([HACK_DIR / "kube-node", "up"], timeout=NODE_TIMEOUT_S).strip().splitlines()[-1])
+    pairs = (line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    node = RealNode(dict(pairs), started=probe.returncode != 0)
+    node.timings["up"] = time.monotonic() - began
+    return node
+
+
+def stop() -> float:
+    """``hack/kube-node down``; returns how long it took."""
+    began = time.monotonic()
+    _script([HACK_DIR / "kube-node", "down"], timeout=NODE_TIMEOUT_S)
+    return time.monotonic() - began
+
+
+def build_images(*names: str) -> list[Path]:
+    """``hack/build-images NAME`` for each name (cached by content): the docker-archive tarballs."""
+    return [Path(_script([HACK_DIR / "build-images", name], timeout=IMAGE_TIMEOUT_S).strip().splitlines()[-1])
+            for name in names]
+
+
+def wait_for(probe: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll ``probe`` until it returns a truthy value; ``AssertionError`` with the last value after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}: last={last!r}")
+
+
+WEIGHTS_MANIFEST = """
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: flexinfer-{claim}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadOnlyMany]
+  storageClassName: local-weights
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {{path: {path}, type: Directory}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {claim}, namespace: {namespace}}}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: local-weights
+  volumeName: flexinfer-{claim}
+  resources: {{requests: {{storage: 1Gi}}}}
+"""
+
+
+
+def create_weights(node: RealNode) -> str:
+    """tiny-a.gguf and tiny-b.gguf on a hostPath PV under the node's state dir, bound to WEIGHTS_CLAIM."""
+    path = node.state_dir / "weights"
+    path.mkdir(exist_ok=True)
+    path.chmod(0o755)  # model servers and the flash-loader run as uid 65532
+    for seed, name in enumerate(("tiny-a", "tiny-b"), start=1):
+        write_tiny_gguf(path / f"{name}.gguf", seed=seed).chmod(0o644)
+    node.apply(WEIGHTS_MANIFEST.format(claim=WEIGHTS_CLAIM, path=path, namespace=NAMESPACE))
+    wait_for(lambda: node.get("pvc", WEIGHTS_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
+             "the weights claim to be bound")
+    return WEIGHTS_CLAIM
+
+
+def shared_models_manifest() -> str:
+    """tiny-a (priority 100) and tiny-b (priority 200): llama.cpp Models in one shared group on amd.com/gpu."""
+    return "".join(f"""
+---
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  backend: llamacpp
+  source: pvc://{WEIGHTS_CLAIM}/{name}.gguf
+  gpu: {{vendor: amd, shared: {SHARED_GROUP}, priority: {priority}}}
+  serverless: {{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}}
+  cache: {{compilationCache: {{enabled: false}}}}
+  resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
+""" for name, priority in (("tiny-a", 100), ("tiny-b", 200)))
+
+
+class ApiWatch:
+    """Local receipt times (``time.monotonic``) of Deployment, Pod and Model changes in the release namespace,
+    from API watch streams (one daemon thread each), so tests and benchmarks can time what users cannot see."""
+
+    def __init__(self, node: RealNode) -> None:
+        self.api = node.env["FLEXINFER_NODE_API"]
+        self.token = (node.state_dir / "pki" / "admin.token").read_text().strip()
+        self.events: list[tuple[float, str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        self.tls = ssl.create_default_context()
+        self.tls.check_hostname, self.tls.verify_mode = False, ssl.CERT_NONE
+        paths = (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                 f"/apis/ai.flexinfer/v1alpha2/namespaces/{NAMESPACE}/models")
+        connected = [threading.Event() for _ in paths]
+        for path, event in zip(paths, connected, strict=True):
+            threading.Thread(target=self._watch, args=(path, event), daemon=True).start()
+        for event in connected:
+            if not event.wait(30):
+                raise AssertionError("an API watch did not connect within 30 s")
+
+    def _watch(self, path: str, connected: threading.Event) -> None:
+        req = urllib.request.Request(f"{self.api}{path}?watch=1", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, context=self.tls) as stream:
+            connected.set()
+            for line in stream:
+                obj = json.loads(line)["object"]
+                with self.lock:
+                    self.events.append((time.monotonic(), obj["kind"], obj))
+
+    def first(self, after: float, kind: str, name: str, predicate: Callable[[dict[str, Any]], bool]) -> float | None:
+        """When the first change after ``after`` of ``kind`` for model ``name`` matching ``predicate`` arrived."""
+        with self.lock:
+            events = list(self.events)
+        for at, k, obj in events:
+            meta = obj["metadata"]
+            label = meta.get("labels", {}).get("flexinfer.ai/model", meta["name"])
+            if at >= after and k == kind and label == name and predicate(obj):
+                return at
+        return None
