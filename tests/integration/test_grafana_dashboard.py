@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support.local_serve import ServeProcess, fake_server_command, model_manifest, serve_env, write_manifests
+from support.local_serve import ServeProcess, chat, start_shared_pair
 from support.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.integration
@@ -45,22 +44,11 @@ def test_every_panel_has_a_datasource_and_unique_id() -> None:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeProcess]:
-    weights = tmp_path / "weights.bin"
-    weights.write_bytes(b"w")
-    documents = [model_manifest(m, weights, "gpu0", {"command": fake_server_command("--model-name", m)})
-                 for m in ("left", "right")]
-    manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
-    process = ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", PROXY_COLD_START_TIMEOUT="60s"))
+    process = start_shared_pair(tmp_path, "gpu0")
     yield process
     assert process.stop() == 0, process.log
 
 
-def chat(base_url: str, model: str) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(f"{base_url}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        assert response.status == 200
 
 
 def test_every_panel_query_returns_data_after_a_swap(serve: ServeProcess, tmp_path: Path) -> None:

@@ -5,9 +5,7 @@ without a reload. A screenshot is kept (see ``support.browser.keep_screenshot``)
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from support.browser import headless_chromium, keep_screenshot
-from support.local_serve import ServeProcess, fake_server_command, model_manifest, serve_env, write_manifests
+from support.local_serve import ServeProcess, chat, start_shared_pair
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +24,7 @@ DEADLINE = 30.0
 
 
 def start_serve(tmp_path: Path, **env: str) -> ServeProcess:
-    weights = tmp_path / "weights.bin"
-    weights.write_bytes(b"w")
-    documents = [model_manifest(m, weights, "gpu0", {"command": fake_server_command(
-        "--model-name", m, "--startup-delay", "0.3")}) for m in ("left", "right")]
-    manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
-    return ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", PROXY_COLD_START_TIMEOUT="60s", **env))
+    return start_shared_pair(tmp_path, "gpu0", server_args=("--startup-delay", "0.3"), **env)
 
 
 @pytest.fixture
@@ -41,12 +34,6 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
     assert process.stop() == 0, process.log
 
 
-def chat(base_url: str, model: str) -> None:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(f"{base_url}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        assert response.status == 200
 
 
 def until(driver: WebDriver, what: str, check: Callable[[WebDriver], object]) -> object:

@@ -7,9 +7,11 @@ Model manifest writing and Prometheus text helpers (histogram sample counts).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,3 +90,26 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> N
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached before the deadline")
         time.sleep(interval)
+
+
+def start_shared_pair(tmp_path: Path, group: str, names: Sequence[str] = ("left", "right"),
+                      server_args: Sequence[str] = (), **env: str) -> ServeProcess:
+    """``flexinfer serve`` with one fake model server per name, all in the shared GPU ``group``."""
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"w")
+    documents = [model_manifest(name, weights, group, {"command": fake_server_command(
+        "--model-name", name, *server_args)}) for name in names]
+    manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
+    return ServeProcess.start(manifests.parent, serve_env(tmp_path / "state", PROXY_COLD_START_TIMEOUT="60s", **env))
+
+
+def chat(base_url: str, model: str) -> dict[str, Any]:
+    """One non-streaming chat completion; asserts a 200 with choices and returns the body."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = urllib.request.Request(f"{base_url}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+        answer: dict[str, Any] = json.loads(response.read())
+    assert answer["choices"]
+    return answer

@@ -9,27 +9,18 @@ import argparse
 from typing import Any
 
 from flexinfer.api.errors import FlexInferError
-from flexinfer.cli.admin_client import add_connection_arguments, post_json
-from flexinfer.cli.arguments import duration
-from flexinfer.cli.model_phase import model_path, wait_for_phase
+from flexinfer.cli.model_phase import add_model_action_parser, request_action, wait_for_phase
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "load", help="start a model of a running `flexinfer serve` and wait until it is Ready",
-        description="Activate a model without a request and wait until it is Ready (progress on stderr).",
-    )
-    parser.add_argument("model", help="model name, alias or namespace/name")
-    parser.add_argument("--timeout", type=duration, default=600.0, metavar="DURATION",
-                        help="how long to wait for Ready (default 10m; the activation stays requested after it)")
-    parser.add_argument("--no-wait", dest="wait", action="store_false", help="return once the activation is asked")
-    add_connection_arguments(parser)
-    return parser
+    return add_model_action_parser(
+        subparsers, "load", "start a model of a running `flexinfer serve` and wait until it is Ready",
+        "Activate a model without a request and wait until it is Ready (progress on stderr).",
+        "how long to wait for Ready (default 10m; the activation stays requested after it)")
 
 
 def run(args: argparse.Namespace) -> int:
-    answer = post_json(args, model_path(args.model) + "/load")
-    key = str(answer["model"])
+    key, answer = request_action(args, "load")
     if not args.wait:
         print(f"{key}: {answer['phase']}")
         return 0

@@ -1,5 +1,5 @@
-"""Waiting on a model's phase through the admin API, with one progress line per change on stderr (used by
-``flexinfer load`` and ``flexinfer unload``)."""
+"""Asking a running ``flexinfer serve`` to act on one model and waiting on its phase through the admin API, with
+one progress line per change on stderr (used by ``flexinfer load`` and ``flexinfer unload``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,28 @@ from typing import Any
 
 from flexinfer.api.errors import FlexInferError
 from flexinfer.api.units import format_duration
-from flexinfer.cli.admin_client import get_json
+from flexinfer.cli.admin_client import add_connection_arguments, get_json, post_json
+from flexinfer.cli.arguments import duration
 
 POLL_SECONDS = 0.25
+
+
+def add_model_action_parser(subparsers: Any, action: str, help_text: str, description: str,
+                            timeout_help: str) -> argparse.ArgumentParser:
+    """The parser of ``flexinfer <action> MODEL [--timeout D] [--no-wait]``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(action, help=help_text, description=description)
+    parser.add_argument("model", help="model name, alias or namespace/name")
+    parser.add_argument("--timeout", type=duration, default=600.0, metavar="DURATION", help=timeout_help)
+    parser.add_argument("--no-wait", dest="wait", action="store_false",
+                        help=f"return once the {action} is asked")
+    add_connection_arguments(parser)
+    return parser
+
+
+def request_action(args: argparse.Namespace, action: str) -> tuple[str, dict[str, Any]]:
+    """``POST /admin/models/<model>/<action>``: the model's key and the answer."""
+    answer = post_json(args, model_path(args.model) + "/" + action)
+    return str(answer["model"]), answer
 
 
 def model_path(model: str) -> str:

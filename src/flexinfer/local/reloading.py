@@ -173,4 +173,3 @@ def _changes(before: dict[ModelKey, Model], after: dict[ModelKey, Model]) -> str
     parts = [f"{word} {', '.join(keys)}" for word, keys in
              (("added", added), ("changed", changed), ("removed", removed)) if keys]
     return "; ".join(parts) or "no model changed"
-
