@@ -202,6 +202,10 @@ spec:
 """ for name, priority in (("tiny-a", 100), ("tiny-b", 200)))
 
 
+WATCH_WINDOW_S = 2
+"""Server-side timeout of one watch request: how soon a closed ``ApiWatch`` lets its threads go."""
+
+
 class ApiWatch:
     """Local receipt times (``time.monotonic``) of Deployment, Pod and Model changes in the release namespace,
     from API watch streams (one daemon thread each), so tests and benchmarks can time what users cannot see."""
@@ -216,20 +220,47 @@ class ApiWatch:
         paths = (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", f"/api/v1/namespaces/{NAMESPACE}/pods",
                  f"/apis/ai.flexinfer/v1alpha2/namespaces/{NAMESPACE}/models")
         connected = [threading.Event() for _ in paths]
-        for path, event in zip(paths, connected, strict=True):
-            threading.Thread(target=self._watch, args=(path, event), daemon=True).start()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._watch, args=(path, event), daemon=True)
+                         for path, event in zip(paths, connected, strict=True)]
+        for thread in self._threads:
+            thread.start()
         for event in connected:
             if not event.wait(30):
+                self.close()
                 raise AssertionError("an API watch did not connect within 30 s")
 
+    def __enter__(self) -> ApiWatch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop watching: each stream ends within its server-side timeout (``WATCH_WINDOW_S``)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(WATCH_WINDOW_S + 10)
+
     def _watch(self, path: str, connected: threading.Event) -> None:
-        req = urllib.request.Request(f"{self.api}{path}?watch=1", headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(req, context=self.tls) as stream:
-            connected.set()
-            for line in stream:
-                obj = json.loads(line)["object"]
-                with self.lock:
-                    self.events.append((time.monotonic(), obj["kind"], obj))
+        """Short watch windows resumed from the last resourceVersion (no re-list: a re-listed object would
+        look like a new change), until ``close``."""
+        version = ""
+        while not self._stop.is_set():
+            query = f"watch=1&timeoutSeconds={WATCH_WINDOW_S}" + (f"&resourceVersion={version}" if version else "")
+            req = urllib.request.Request(f"{self.api}{path}?{query}",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+            with urllib.request.urlopen(req, context=self.tls, timeout=WATCH_WINDOW_S + 30) as stream:
+                connected.set()
+                for line in stream:
+                    item = json.loads(line)
+                    obj = item["object"]
+                    if item.get("type") == "ERROR":  # the version expired: start over from the current state
+                        version = ""
+                        break
+                    version = obj["metadata"].get("resourceVersion", version)
+                    with self.lock:
+                        self.events.append((time.monotonic(), obj["kind"], obj))
 
     def first(self, after: float, kind: str, name: str, predicate: Callable[[dict[str, Any]], bool]) -> float | None:
         """When the first change after ``after`` of ``kind`` for model ``name`` matching ``predicate`` arrived."""

@@ -44,13 +44,13 @@ def local_port() -> int:
 
 @contextmanager
 def port_forward(node: RealNode, local: int) -> Iterator[None]:
-    proc = subprocess.Popen(["bash", "-c", "exec " + PORT_FORWARD.format(local=local)], env=shell_env(node),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with subprocess.Popen(["bash", "-c", "exec " + PORT_FORWARD.format(local=local)], env=shell_env(node),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        try:
+            yield
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def test_the_controller_deployment_carries_the_runtime_env(node: RealNode, release: str) -> None:

@@ -79,9 +79,14 @@ def chat(client: OpenAI, model: str, max_tokens: int = 4) -> str:
     return reply.model
 
 
-def test_cold_start_then_swap_loses_nothing(node: RealNode, models: None) -> None:
+@pytest.fixture
+def watch(node: RealNode) -> Iterator[ApiWatch]:
+    with ApiWatch(node) as api_watch:
+        yield api_watch
+
+
+def test_cold_start_then_swap_loses_nothing(node: RealNode, models: None, watch: ApiWatch) -> None:
     client = proxy_client(node)
-    watch = ApiWatch(node)
     began = time.monotonic()
     chat(client, "tiny-a")
     cold_start = time.monotonic() - began
