@@ -6,7 +6,8 @@ Model's namespace, then ``with_demand`` to hand its decisions the Model as they 
 proxy, whichever is newer), the wait marker annotation (the oldest ``waitingSince`` of a live replica, or
 an older marker still stored on the Model) and one in-flight annotation per busy replica (``inFlightAt``
 within the busy TTL, from a live replica). A replica is live while its ``renewTime`` is younger than the
-TTL. The projection is the manager's view only: it is never written back.
+TTL. The projection is the manager's view; of it, only ``status.lastActiveTime`` is written back (by
+the status write: it must outlive the proxy pods that reported it).
 """
 
 from __future__ import annotations

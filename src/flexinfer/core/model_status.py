@@ -35,9 +35,12 @@ Json = dict[str, Any]
 MESSAGE_LIMIT: Final = 160
 MANAGED_FIELDS: Final = (
     "phase", "conditions", "loadingSubstage", "message", "loadingProgressAt", "endpoint", "sharedGroup",
-    "activation", "cache", "observedGeneration",
+    "activation", "cache", "observedGeneration", "lastActiveTime",
 )
-"""Top-level status keys the manager owns; ``lastActiveTime`` (proxy), ``gpu`` and ``metrics`` are left alone."""
+"""Top-level status keys the manager writes; ``gpu`` and ``metrics`` are left alone. ``lastActiveTime`` is the
+newest demand the proxies reported (``flexinfer.core.demand_view``): the manager keeps it in status so it
+outlives the proxy pods whose ``ModelDemand`` reports carried it (a proxy rollout must not make a serving
+model look idle)."""
 REASON_VALIDATION_FAILED: Final = "ValidationFailed"
 REASON_FIELD_IGNORED: Final = "InvalidFieldIgnored"
 _WAITING_INIT: Final = ("containercreating", "podinitializing")

@@ -260,7 +260,7 @@ class Reconciler:
             detail = await self._from_log(model, pod, detail)
             finished = finish_member(inputs, step.plan, applied, detail, now)
         status = self._status(model, finished.inputs, now)
-        patch = status_patch(model.status, status)
+        patch = status_patch(self._model_from(self._store_body(model), model).status, status)
         try:
             body = await self._patch(model, patch) if patch else self._store_body(model)
         except ApiError as error:

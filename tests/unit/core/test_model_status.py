@@ -124,8 +124,17 @@ def test_status_patch_is_empty_when_unchanged_and_removes_cleared_fields() -> No
     assert status_patch(status, status) == {}
     patch = status_patch(ModelStatus(), status)
     assert patch["phase"] == "Idle" and all(c.get("message") is None for c in patch["conditions"])
-    with_message = status.model_copy(update={"message": "x", "last_active_time": T0})
-    assert status_patch(with_message, status) == {"message": None}  # lastActiveTime belongs to the proxy
+    with_message = status.model_copy(update={"message": "x"})
+    assert status_patch(with_message, status) == {"message": None}
+
+
+def test_the_reported_demand_is_kept_in_status() -> None:
+    """The proxies' newest ``lastActiveTime`` (folded into the status the manager builds) is written, so it
+    outlives the proxy pods whose reports carried it."""
+    status = build_status(make_model("m"), StatusInputs(phase="Ready", now=T0))
+    reported = status.model_copy(update={"last_active_time": T0})
+    assert set(status_patch(status, reported)) == {"lastActiveTime"}
+    assert status_patch(reported, reported) == {}
 
 
 def test_failed_status_names_the_field() -> None:
