@@ -20,9 +20,12 @@ MODELS = ("left", "right")
 REQUESTS = 7
 """Alternating requests: the first cold-starts ``left`` on the idle GPU, each later one is a swap."""
 SWAPS = REQUESTS - 1
-TOLERANCE = 0.5
-"""``increase()`` extrapolates to the end of the range by at most one scrape interval over a run of many
-seconds (a few percent); a lazily created series loses a whole event per model."""
+UNDER = 0.5
+"""increase() may miss nothing: a series that appears with its first event (the old lazy series) hides that
+event, so the count falls a whole event short (4.36 of 6 swaps)."""
+OVER = 1.0
+"""increase() extrapolates to the end of its range by up to about one scrape interval, so it may read a little
+above the real count (6.51 of 6 seen in a full run)."""
 
 
 @pytest.fixture
@@ -62,5 +65,5 @@ def test_increase_counts_every_swap_activation_and_request(serve: ServeProcess, 
         }
         measured = {name: total(prom, f"increase({name}[5m])") for name in expected}
         wrong = {name: (round(measured[name], 2), count) for name, count in expected.items()
-                 if abs(measured[name] - count) > TOLERANCE}
+                 if not count - UNDER <= measured[name] <= count + OVER}
         assert not wrong, f"increase() (measured, real) per metric: {wrong}"
