@@ -2,7 +2,7 @@
 
 Everything else receives an immutable snapshot (``Environment``) and parses the part it owns with pure
 functions (``flexinfer.core.controller_defaults``, ``flexinfer.proxy.config``,
-``flexinfer.observability.tracing``), so tests pass plain dicts instead of patching ``os.environ``. They all
+``flexinfer.observability.tracing``), so tests pass plain dicts instead of patching the process environment. They all
 parse through ``flexinfer.core.envvalues.EnvReader``; ``warn`` is the sink for the values that fall back to
 their default (a WARNING on the ``flexinfer.settings`` logger naming the variable, the value and the default).
 """

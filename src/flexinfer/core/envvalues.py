@@ -18,7 +18,7 @@ Why not pydantic-settings: it validates a model all or nothing (one ``Validation
 field), while here each variable has its own policy (a ``FALLBACK`` value keeps the Go default with a
 warning while a ``GUARD`` value in the same snapshot fails closed, ``WHEN_ENABLED`` is checked only when its
 subsystem is on); expressing that takes a wrap validator per field plus the warn sink threaded through
-validation context, and its sources read ``os.environ`` where the core takes a snapshot. Its boolean words
+validation context, and its sources read the process environment where the core takes a snapshot. Its boolean words
 are wider than the documented ones (``t``/``y``/``f``/``n``) and Go durations and quantities need custom
 types anyway, so the result would not be smaller.
 """

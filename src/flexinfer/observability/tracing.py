@@ -2,7 +2,7 @@
 
 Off unless ``FLEXINFER_OTEL_ENABLED`` is a truthy word. Off means no exporter, no provider, no global state
 and no-op spans; on means OTLP/HTTP protobuf export configured by the standard ``OTEL_EXPORTER_OTLP_*``
-variables (read from the settings snapshot, never from ``os.environ``), W3C trace context + baggage.
+variables (read from the settings snapshot, never from the process environment), W3C trace context + baggage.
 
 Wiring (adapters never import this package; assembly hands them objects that fit their ports)::
 

@@ -1,7 +1,7 @@
 """Tracing settings, parsed from the environment snapshot that ``flexinfer.settings.environment()`` returns.
 
 Called by the composition roots (``flexinfer.assembly``) before ``init_tracing``. Nothing here reads
-``os.environ``: every standard ``OTEL_*`` variable the exporter, resource and sampler need is parsed from the
+the process environment: every standard ``OTEL_*`` variable the exporter, resource and sampler need is parsed from the
 snapshot and later passed to the SDK explicitly. Parsing goes through ``flexinfer.core.envvalues.EnvReader``:
 ``FLEXINFER_OTEL_TRUST_INCOMING`` guards trust of incoming headers, so an unparsable value is a
 ``ConfigError`` (fail closed); the other unparsable values keep their default (the Go and OpenTelemetry rule)
@@ -15,7 +15,7 @@ Variables: ``FLEXINFER_OTEL_ENABLED`` (bool words, default off; ``OTEL_SDK_DISAB
 ``_CERTIFICATE``, ``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``, ``OTEL_EXPORTER_OTLP_PROTOCOL``, ``OTEL_BSP_*``.
 
 Why not the SDK's own ``OTEL_*`` handling: the exporter, batch processor, resource detector and sampler read
-``os.environ`` at construction (not a snapshot), and their bad-value behaviour differs per class: an
+the process environment at construction (not a snapshot), and their bad-value behaviour differs per class: an
 unparsable ``OTEL_BSP_*`` logs a traceback and keeps the default, an unknown ``OTEL_TRACES_SAMPLER`` becomes
 ``parentbased_always_on`` (FlexInfer refuses to start: a sampling choice is not guessed). Here every value is
 parsed once, with the FlexInfer policy, and passed to the SDK explicitly (which also keeps tracing free of
