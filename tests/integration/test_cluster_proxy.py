@@ -25,7 +25,7 @@ from lightkube.types import PatchType
 
 from flexinfer.assembly.proxy import ClusterProxy, start_proxy
 from support.fake_openai import FakeOpenAI
-from support.kube_testbed import REPO_ROOT, KubeTestbed
+from support.kube_testbed import KubeTestbed
 from support.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -39,9 +39,7 @@ OVERRIDE = "flexinfer.ai/endpoint-override"
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTestbed]:
     bed = KubeTestbed(tmp_path_factory.mktemp("kube") / "bed").start()
     try:
-        bed.kubectl("apply", "-f", str(REPO_ROOT / "charts" / "flexinfer" / "crds"))
-        bed.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/models.ai.flexinfer")
-        yield bed
+        yield bed.install_crds()
     finally:
         bed.stop()
 

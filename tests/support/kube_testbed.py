@@ -166,6 +166,12 @@ class KubeTestbed:
             raise KubeTestbedError("testbed is not started")
         return run_kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
+    def install_crds(self) -> KubeTestbed:
+        """Apply the chart's CRDs and wait until the Model CRD is established."""
+        self.kubectl("apply", "-f", str(REPO_ROOT / "charts" / "flexinfer" / "crds"))
+        self.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/models.ai.flexinfer")
+        return self
+
     def kubectl_json(self, *args: str, timeout: float = 60.0) -> Any:
         """Run ``kubectl ... -o json`` and return the decoded document."""
         return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)

@@ -184,6 +184,11 @@ class Reconciler:
         # Losers first: the incumbent is marked Preempted before the winner is scaled up.
         return sorted(out, key=lambda s: s.inputs.model.name == election.leader)
 
+    def _stored_status(self, model: Model) -> ModelStatus:
+        """The status as stored (``model`` may carry the proxies' reports folded in), validated once by the store."""
+        parsed = self._store.model(model.namespace, model.name)
+        return parsed.model.status if parsed is not None and parsed.model is not None else model.status
+
     def _store_body(self, model: Model) -> Body:
         parsed = self._store.model(model.namespace, model.name)
         return parsed.body if parsed is not None else {}
@@ -260,7 +265,7 @@ class Reconciler:
             detail = await self._from_log(model, pod, detail)
             finished = finish_member(inputs, step.plan, applied, detail, now)
         status = self._status(model, finished.inputs, now)
-        patch = status_patch(self._model_from(self._store_body(model), model).status, status)
+        patch = status_patch(self._stored_status(model), status)
         try:
             body = await self._patch(model, patch) if patch else self._store_body(model)
         except ApiError as error:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -45,24 +46,13 @@ def load(name: str) -> ModuleType | None:
 
 def amd_gpus() -> list[Gpu] | None:
     """AMD GPUs through ``amdsmi``; ``None`` when the binding or the ROCm library is unavailable."""
-    smi = load(AMD_BINDING)
-    if smi is None:
-        return None
-    try:
-        smi.amdsmi_init()
-    except Exception as exc:
-        log.debug("amdsmi_init failed: %s", exc)
-        return None
-    try:
-        return sorted((_amd_gpu(smi, position, handle)
-                       for position, handle in enumerate(smi.amdsmi_get_processor_handles())),
-                      key=lambda gpu: gpu.index)
-    except Exception as exc:
-        log.warning("amdsmi could not list GPUs (%s); trying rocm-smi", exc)
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            smi.amdsmi_shut_down()
+    return _ask(AMD_BINDING, "amdsmi_init", "amdsmi_shut_down", _amd_gpus, label="amdsmi", fallback="rocm-smi")
+
+
+def _amd_gpus(smi: Any) -> list[Gpu]:
+    handles = smi.amdsmi_get_processor_handles()
+    return sorted((_amd_gpu(smi, position, handle) for position, handle in enumerate(handles)),
+                  key=lambda gpu: gpu.index)
 
 
 def _amd_gpu(smi: Any, position: int, handle: object) -> Gpu:
@@ -81,26 +71,37 @@ def _amd_gpu(smi: Any, position: int, handle: object) -> Gpu:
 
 def nvidia_gpus() -> list[Gpu] | None:
     """NVIDIA GPUs through NVML (``pynvml``); ``None`` when the binding or the driver library is unavailable."""
-    nvml = load(NVIDIA_BINDING)
-    if nvml is None:
+    return _ask(NVIDIA_BINDING, "nvmlInit", "nvmlShutdown", _nvidia_gpus, label="NVML", fallback="nvidia-smi")
+
+
+def _nvidia_gpus(nvml: Any) -> list[Gpu]:
+    gpus = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = nvml.nvmlDeviceGetName(handle)
+        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        total = nvml.nvmlDeviceGetMemoryInfo(handle).total
+        gpus.append(Gpu("nvidia", index, name, int(total) // (1024 * 1024) if total else None))
+    return gpus
+
+
+def _ask(binding: str, init: str, shut_down: str, list_gpus: Callable[[Any], list[Gpu]], *, label: str,
+         fallback: str) -> list[Gpu] | None:
+    """Load ``binding``, call its ``init``, list the GPUs and always call ``shut_down``; ``None`` when any step
+    fails (the caller then asks the ``fallback`` CLI tool)."""
+    module = load(binding)
+    if module is None:
         return None
     try:
-        nvml.nvmlInit()
+        getattr(module, init)()
     except Exception as exc:
-        log.debug("nvmlInit failed: %s", exc)
+        log.debug("%s failed: %s", init, exc)
         return None
     try:
-        gpus = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            name = nvml.nvmlDeviceGetName(handle)
-            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-            total = nvml.nvmlDeviceGetMemoryInfo(handle).total
-            gpus.append(Gpu("nvidia", index, name, int(total) // (1024 * 1024) if total else None))
-        return gpus
+        return list_gpus(module)
     except Exception as exc:
-        log.warning("NVML could not list GPUs (%s); trying nvidia-smi", exc)
+        log.warning("%s could not list GPUs (%s); trying %s", label, exc, fallback)
         return None
     finally:
         with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+            getattr(module, shut_down)()
