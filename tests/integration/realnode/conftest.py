@@ -79,5 +79,7 @@ def release(node: RealNode, helm: Helm) -> str:
 def weights(node: RealNode, release: str) -> Iterator[str]:
     """Tiny GGUF models (tiny-a.gguf, tiny-b.gguf) on a hostPath PV, bound to the claim WEIGHTS_CLAIM."""
     yield real_node.create_weights(node)
-    node.kubectl("delete", "pvc", WEIGHTS_CLAIM, "-n", NAMESPACE, "--timeout=60s", check=False)
-    node.kubectl("delete", "pv", f"flexinfer-{WEIGHTS_CLAIM}", "--timeout=60s", check=False)
+    # Pods still stopping hold the claim (pvc-protection): ask for the deletion, do not wait for it; the
+    # node and its state go right after this package anyway.
+    node.kubectl("delete", "pvc", WEIGHTS_CLAIM, "-n", NAMESPACE, "--wait=false", check=False)
+    node.kubectl("delete", "pv", f"flexinfer-{WEIGHTS_CLAIM}", "--wait=false", check=False)
