@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
 
-from flexinfer.kube.client import ModelResource  # noqa: E402
+from flexinfer.manager.client import ModelResource  # noqa: E402
 from support.kube_testbed import KubeTestbed  # noqa: E402
 
 GROUP_SIZE = 10

@@ -21,8 +21,8 @@ from lightkube.types import PatchType
 
 from flexinfer.assembly.proxy import ClusterProxy, start_proxy
 from flexinfer.core.election import ElectionPolicy
-from flexinfer.core.model_status_plan import ManagerPolicy
-from flexinfer.kube.client import ModelResource
+from flexinfer.core.model_status.plan import ManagerPolicy
+from flexinfer.manager.client import ModelResource
 from support.fake_openai import FakeOpenAI
 from support.manager_harness import Cluster, cluster, kube_testbed, manager_config, start_manager
 

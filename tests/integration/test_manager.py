@@ -16,9 +16,9 @@ from lightkube.types import PatchType
 
 from flexinfer.api.model import Model
 from flexinfer.core.controller_defaults import ControllerDefaults
-from flexinfer.core.manifests import render_model
-from flexinfer.kube.client import KubeApi, ModelResource
-from flexinfer.kube.sync import ModelCacheResource
+from flexinfer.core.manifests.render import render_model
+from flexinfer.manager.client import KubeApi, ModelResource
+from flexinfer.manager.sync import ModelCacheResource
 from support.manager_harness import (
     Cluster,
     cluster,
@@ -101,7 +101,7 @@ def _essence(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    from flexinfer.core.model_status import merge_diff
+    from flexinfer.core.model_status.build import merge_diff
 
     return repr(merge_diff(old, new))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flexinfer.kube.client import ModelResource
+from flexinfer.manager.client import ModelResource
 from support.manager_harness import cluster, kube_testbed, manager_config, start_manager
 
 pytestmark = pytest.mark.integration

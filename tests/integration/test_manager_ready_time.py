@@ -15,7 +15,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.types import PatchType
 
-from flexinfer.kube.client import ModelResource
+from flexinfer.manager.client import ModelResource
 from support.manager_harness import (
     Cluster,
     RunningManager,

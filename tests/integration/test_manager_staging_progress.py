@@ -13,7 +13,7 @@ import pytest
 from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.types import PatchType
 
-from flexinfer.core.model_status_plan import ManagerPolicy
+from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.flashloader.progress import LogProgress
 from support.manager_harness import Cluster, cluster, kube_testbed, manager_config, rfc3339, start_manager
 

@@ -20,7 +20,7 @@ import yaml
 from lightkube import ApiError
 
 from flexinfer.api.crds import crd_documents
-from flexinfer.kube.sync import ModelCacheResource
+from flexinfer.manager.sync import ModelCacheResource
 from support.kube_testbed import KubeTestbed
 from support.manager_harness import Cluster, cluster, kube_testbed, manager_config, start_manager
 from support.polling import poll_until

@@ -12,8 +12,8 @@ from lightkube.types import PatchType
 
 from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.core.election import ElectionPolicy
-from flexinfer.core.model_status_plan import ManagerPolicy
-from flexinfer.kube.client import ModelResource
+from flexinfer.core.model_status.plan import ManagerPolicy
+from flexinfer.manager.client import ModelResource
 from support.manager_harness import (
     Cluster,
     cluster,
@@ -201,7 +201,7 @@ async def test_a_manager_restarted_mid_swap_converges_and_still_measures_the_swa
 
 
 async def test_an_active_gpu_lease_parks_the_whole_group(kube_testbed: Any) -> None:
-    from flexinfer.kube.sync import GPULeaseResource
+    from flexinfer.manager.sync import GPULeaseResource
 
     async with cluster(kube_testbed) as c:
         running = await start_manager(manager_config(c))

@@ -15,10 +15,10 @@ import pytest
 from lightkube import ApiError, KubeConfig
 
 from flexinfer.core.errors import ConfigError, EngineError
-from flexinfer.kube import operator
-from flexinfer.kube.client import ModelResource
-from flexinfer.kube.connection import connection_info
-from flexinfer.kube.operator import OperatorThread, build_registry, operator_settings
+from flexinfer.manager import operator
+from flexinfer.manager.client import ModelResource
+from flexinfer.manager.connection import connection_info
+from flexinfer.manager.operator import OperatorThread, build_registry, operator_settings
 from support.kube_testbed import KubeTestbed
 from support.manager_harness import Cluster, cluster, kube_testbed
 

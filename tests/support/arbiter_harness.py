@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from flexinfer.api.model import Model
-from flexinfer.core import arbiter_events as ev
-from flexinfer.core.arbiter import Arbiter
-from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter.machine import Arbiter
 from support.recording_engine import key
 
 

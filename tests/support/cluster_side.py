@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from flexinfer.kube.proxy_side import ClusterProxySettings, ClusterSide
+from flexinfer.assembly.cluster_proxy import ClusterProxySettings, ClusterSide
 from support.fake_model_api import FakeModelApi
 
 

@@ -1,4 +1,4 @@
-"""An in-memory ``flexinfer.kube.model_api.ModelApi`` for fault injection in the proxy-side unit tests.
+"""An in-memory ``flexinfer.cluster_proxy.model_api.ModelApi`` for fault injection in the proxy-side unit tests.
 
 Objects get increasing resourceVersions; ``list_models`` returns a snapshot, ``watch_models`` streams every
 change after the given resourceVersion, and tests inject faults: ``expire()`` ends open watches with
@@ -16,7 +16,7 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from flexinfer.kube.model_api import KubeApiError, ModelList, WatchEvent, WatchExpiredError
+from flexinfer.cluster_proxy.model_api import KubeApiError, ModelList, WatchEvent, WatchExpiredError
 
 
 def model_body(name: str, namespace: str = "default", *, phase: str | None = None,

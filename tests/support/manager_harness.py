@@ -28,9 +28,9 @@ from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
 from flexinfer.assembly.manager import run_manager
-from flexinfer.kube.client import ModelDemandResource, ModelResource
-from flexinfer.kube.config import ManagerConfig
-from flexinfer.kube.manager import Manager
+from flexinfer.manager.client import ModelDemandResource, ModelResource
+from flexinfer.manager.config import ManagerConfig
+from flexinfer.manager.program import Manager
 from support.kube_testbed import REPO_ROOT, KubeTestbed
 from support.polling import poll_until
 

@@ -6,7 +6,7 @@ The proxy never writes Models. Each proxy replica keeps one ``ModelDemand`` per 
 bound) and when it last confirmed requests in flight to it (``inFlightAt``, the swap drain gate).
 ``renewTime`` is the replica's heartbeat while it reports waits or requests in flight: the manager ignores
 the ``waitingSince`` and ``inFlightAt`` of a report whose heartbeat is stale (its proxy is gone).
-Written by ``flexinfer.kube.demand_report`` (proxy), read by the manager (``flexinfer.core.demand_view``).
+Written by ``flexinfer.cluster_proxy.demand_report`` (proxy), read by the manager (``flexinfer.core.demand_view``).
 docs/design/kubernetes-proxy.md has the contract.
 """
 

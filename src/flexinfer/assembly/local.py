@@ -41,13 +41,10 @@ from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
 from flexinfer.local.validation import check_manifests
 from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
-from flexinfer.observability.tracing import (
-    Tracing,
-    TracingObserver,
-    init_tracing,
-    proxy_tracer,
-    tracing_settings,
-)
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.lifecycle import TracingObserver
+from flexinfer.observability.tracing.provider import Tracing, init_tracing
+from flexinfer.observability.tracing.proxy import proxy_tracer
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig, proxy_config

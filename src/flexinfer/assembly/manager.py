@@ -1,6 +1,6 @@
 """Composition root of ``flexinfer manager`` (the Kubernetes operator).
 
-The Kubernetes engine (``flexinfer.kube.manager``) with the lifecycle metrics on an injected registry (served on
+The Kubernetes engine (``flexinfer.manager.program``) with the lifecycle metrics on an injected registry (served on
 ``/metrics``) and ``model.reconcile`` spans from opt-in tracing. Called by ``flexinfer.cli.manager`` and the
 integration tests.
 """
@@ -14,15 +14,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from flexinfer.kube.config import ManagerConfig, manager_config
-from flexinfer.kube.connection import load_kubeconfig
-from flexinfer.kube.manager import Manager
+from flexinfer.manager.config import ManagerConfig, manager_config
+from flexinfer.manager.connection import load_kubeconfig
+from flexinfer.manager.program import Manager
 from flexinfer.observability.metrics import LifecycleMetrics
-from flexinfer.observability.tracing import (
-    init_tracing,
-    reconcile_span,
-    tracing_settings,
-)
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.provider import init_tracing
+from flexinfer.observability.tracing.reconcile import reconcile_span
 from flexinfer.settings import Environment, environment
 
 

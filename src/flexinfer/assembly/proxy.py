@@ -1,6 +1,6 @@
 """Composition root of ``flexinfer proxy`` (the in-cluster OpenAI-compatible proxy).
 
-A watch-backed Model cache and demand signalling (``flexinfer.kube.proxy_side``) behind the proxy
+A watch-backed Model cache and demand signalling (``flexinfer.assembly.cluster_proxy``) behind the proxy
 application, proxy metrics on ``/metrics``, opt-in tracing; SIGTERM drains. Called by ``flexinfer.cli.proxy``
 and the integration tests.
 """
@@ -18,20 +18,17 @@ from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Model
 from flexinfer.assembly import event_loop
+from flexinfer.assembly.cluster_proxy import ClusterSide, cluster_proxy_settings
+from flexinfer.cluster_proxy.model_api import LightkubeModelApi
+from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.errors import ConfigError
-from flexinfer.kube.connection import load_kubeconfig
-from flexinfer.kube.model_api import LightkubeModelApi
-from flexinfer.kube.model_watch import ModelStore
-from flexinfer.kube.proxy_side import ClusterSide, cluster_proxy_settings
+from flexinfer.manager.connection import load_kubeconfig
 from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.observability.metrics import ProxyMetrics
-from flexinfer.observability.tracing import (
-    Tracing,
-    TracingObserver,
-    init_tracing,
-    proxy_tracer,
-    tracing_settings,
-)
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.lifecycle import TracingObserver
+from flexinfer.observability.tracing.provider import Tracing, init_tracing
+from flexinfer.observability.tracing.proxy import proxy_tracer
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import proxy_config

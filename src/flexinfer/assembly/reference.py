@@ -16,14 +16,15 @@ from typing import Any
 
 import yaml
 
+from flexinfer.assembly import cluster_proxy
 from flexinfer.assembly.local import SERVE_PROXY_DEFAULTS
 from flexinfer.core import controller_defaults
 from flexinfer.core.envvalues import EnvVar
 from flexinfer.flashloader import config as flash_config
-from flexinfer.kube import config as manager_settings
-from flexinfer.kube import proxy_side
 from flexinfer.local import config as local_settings
-from flexinfer.observability import logging_config, tracing_config
+from flexinfer.manager import config as manager_settings
+from flexinfer.observability import logging_config
+from flexinfer.observability.tracing import config as tracing_config
 from flexinfer.proxy import config as proxy_settings
 from flexinfer.proxy import listen_config
 
@@ -44,7 +45,7 @@ GROUPS: dict[str, EnvGroup] = {
     "listen": EnvGroup("Listen address", listen_config.ENV_VARS),
     "manager": EnvGroup("Manager", manager_settings.ENV_VARS),
     "defaults": EnvGroup("Controller defaults (Helm `controller.runtime`)", controller_defaults.ENV_VARS),
-    "cluster": EnvGroup("In-cluster proxy", proxy_side.ENV_VARS),
+    "cluster": EnvGroup("In-cluster proxy", cluster_proxy.ENV_VARS),
     "flash": EnvGroup("Flash-loader", flash_config.ENV_VARS),
 }
 

@@ -1,7 +1,7 @@
 """``flexinfer manager``: run the Kubernetes operator (flags and environment as spec §7).
 
 Flags override ``METRICS_BIND_ADDRESS``, ``HEALTH_PROBE_BIND_ADDRESS`` and ``LEADER_ELECT``; see
-``flexinfer.kube.config`` for every variable. Exit 0 on SIGTERM/SIGINT, 1 when leadership is lost.
+``flexinfer.manager.config`` for every variable. Exit 0 on SIGTERM/SIGINT, 1 when leadership is lost.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from flexinfer.assembly.manager import run_manager
 from flexinfer.cli.arguments import add_log_arguments, start_logging
-from flexinfer.kube.config import manager_config
+from flexinfer.manager.config import manager_config
 from flexinfer.settings import environment
 
 

@@ -26,7 +26,7 @@ from flexinfer.cli.output import add_output_argument, print_data
 from flexinfer.cli.validate import add_manifest_arguments, load
 from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
 from flexinfer.core.errors import ConfigError
-from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job
+from flexinfer.core.manifests.render import render_model, render_tmpfs_cleanup_job
 from flexinfer.local.validation import manifest_problems
 from flexinfer.settings import read_env_file, warn
 

@@ -5,7 +5,7 @@ otherwise shared-GPU models default to ``Memory`` and all others to ``SharedPVC`
 persistent volume when its source is ``pvc://`` or its strategy is ``SharedPVC`` or ``Local``.
 
 Pure; used by ``flexinfer.core.flashloader_settings``, the manifest renderer, the status planner
-(``flexinfer.core.model_status``), the local engine and the metrics labels.
+(``flexinfer.core.model_status.build``), the local engine and the metrics labels.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ reported through ``warn`` (the manager and ``render`` log a warning naming the v
 default); without ``warn`` they are a ``ConfigError``. ``ENV_VARS`` lists every variable read here so
 documentation can be generated from it.
 
-Used by ``flexinfer.core.flashloader_settings``, the manifest renderer (``flexinfer.core.manifests*``), the
-manager (``flexinfer.kube.config``, ``flexinfer.kube.reconciler``), ``flexinfer render`` and the generated
+Used by ``flexinfer.core.flashloader_settings``, the manifest renderer (``flexinfer.core.manifests.render*``), the
+manager (``flexinfer.manager.config``, ``flexinfer.manager.reconciler``), ``flexinfer render`` and the generated
 configuration reference (``flexinfer.assembly.reference``).
 """
 

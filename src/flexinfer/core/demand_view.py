@@ -1,6 +1,6 @@
 """What the proxies report about one Model, folded from their ``ModelDemand`` objects (pure).
 
-The manager (``flexinfer.kube.reconciler``) calls ``demand_view`` with the ``ModelDemand`` objects of the
+The manager (``flexinfer.manager.reconciler``) calls ``demand_view`` with the ``ModelDemand`` objects of the
 Model's namespace, then ``with_demand`` to hand its decisions the Model as they always read it:
 ``status.lastActiveTime`` (the newest report, or the Model's own value written by a Go or pre-ModelDemand
 proxy, whichever is newer), the wait marker annotation (the oldest ``waitingSince`` of a live replica, or

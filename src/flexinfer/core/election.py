@@ -2,8 +2,8 @@
 
 ``elect(members, now, policy, lease)`` returns an ``Election``: the leader (or none while a lease parks
 the card), the reason (which rule decided), and each member's state, queue position and ``preemptedBy``.
-Called by the Kubernetes engine (``flexinfer.kube``) on every reconcile of a shared member. Consistent
-with the in-process arbiter (``flexinfer.core.arbiter``): the same priority/starvation/hold ideas, here
+Called by the Kubernetes engine (``flexinfer.manager``) on every reconcile of a shared member. Consistent
+with the in-process arbiter (``flexinfer.core.arbiter.machine``): the same priority/starvation/hold ideas, here
 expressed over persisted status instead of live tickets (docs/design/swapping.md lists the differences
 from the Go rules).
 """

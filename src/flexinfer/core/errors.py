@@ -21,7 +21,7 @@
     └── EngineError                     an engine could not start/stop a model server
 
 Edges map them: the proxy to the OpenAI error envelope (``flexinfer.proxy.errors``); the operator to kopf
-errors (``flexinfer.kube.operator.kopf_error``): ``InvalidResourceError``, ``ConfigError`` and
+errors (``flexinfer.manager.operator.kopf_error``): ``InvalidResourceError``, ``ConfigError`` and
 ``IllegalTransitionError`` become ``PermanentError`` (not retried), everything else ``TemporaryError``
 (retried after a delay, a bounded number of times); the CLI to one line on stderr and exit code 1
 (``flexinfer.cli.main``). ``echo_safe`` bounds and

@@ -10,7 +10,7 @@ Precedence (spec §2.2), lowest to highest:
 4. auto-enable: ``spec.cache`` present, no ``spec.cache.flashLoader``, shared model, strategy ``Local``;
 5. normalisation (concurrency < 1 → 4, buffer < 32 → 4096) and the gate: no persistent volume → disabled.
 
-Pure; ``resolve_flash_loader`` is called by the manifest renderer (``flexinfer.core.manifests``); the manager's
+Pure; ``resolve_flash_loader`` is called by the manifest renderer (``flexinfer.core.manifests.render``); the manager's
 store and reconciler use ``cache_matches_model`` to find the ModelCache a Model takes its settings from.
 """
 

@@ -1,6 +1,6 @@
 """Leader-election decisions over a ``coordination.k8s.io/v1`` Lease, as pure functions.
 
-The Kubernetes engine (``flexinfer.kube.leader``) reads the Lease, asks ``decide`` what to do, and
+The Kubernetes engine (``flexinfer.manager.leader``) reads the Lease, asks ``decide`` what to do, and
 writes the returned spec with optimistic concurrency; two managers therefore never both act.
 """
 

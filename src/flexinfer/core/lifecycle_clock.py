@@ -17,7 +17,7 @@ fails). From its marks it yields:
   was down or lagging), from the Ready condition's timestamp instead of the moment it was noticed.
 
 Idle time is never included: the clock starts at the decision, not at the last Ready→NotReady flip (the
-Go implementation measures from there, spec §3.7). Used by ``flexinfer.core.arbiter``; the Kubernetes
+Go implementation measures from there, spec §3.7). Used by ``flexinfer.core.arbiter.machine``; the Kubernetes
 engine builds the same object from its reconcile decisions.
 """
 

@@ -18,7 +18,7 @@ container's log say more; the newest line that matches one of these markers deci
 - ``Loading safetensors checkpoint shards: … 2/4 [… 1.50it/s]`` (vLLM) → ``LoadingWeights`` with
   ``loading weights (2/4 shards, 1.50it/s)``; llama.cpp's ``load_tensors:`` lines → ``LoadingWeights``.
 
-Pure; the manager (``flexinfer.kube.reconciler``) fetches the lines and writes the result. A changed
+Pure; the manager (``flexinfer.manager.reconciler``) fetches the lines and writes the result. A changed
 substage or message moves ``status.loadingProgressAt``, which feeds the proxy's stalled-load detector.
 """
 
@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from flexinfer.core.model_status import LoadingDetail, short_message
+from flexinfer.core.model_status.build import LoadingDetail, short_message
 
 LOG_TAIL_LINES: Final = 200
 """How many of the newest log lines the manager reads."""

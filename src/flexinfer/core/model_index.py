@@ -8,7 +8,7 @@ A request may name a model as (first match wins):
 3. ``spec.litellm.servedModelName`` or one of ``spec.litellm.aliases``; among several claimants the first in
    the order given wins (the local catalog passes manifest order, the cluster catalog oldest first).
 
-Only the catalogs (``flexinfer.local.catalog``, ``flexinfer.kube.catalog``) call this; everything after
+Only the catalogs (``flexinfer.local.catalog``, ``flexinfer.cluster_proxy.catalog``) call this; everything after
 them carries the key. Pure: built from a model list, no I/O.
 """
 

@@ -1,8 +1,8 @@
 """Model lifecycle phases: the transition table, condition types/reasons, loading substages, and the
 condition upsert with Kubernetes ``lastTransitionTime`` semantics.
 
-Used by the arbiter (``flexinfer.core.arbiter``) for the local engine's model states and by the
-Kubernetes engine's status writer (``flexinfer.kube``) for ``Model.status``.
+Used by the arbiter (``flexinfer.core.arbiter.machine``) for the local engine's model states and by the
+Kubernetes engine's status writer (``flexinfer.manager``) for ``Model.status``.
 """
 
 from __future__ import annotations

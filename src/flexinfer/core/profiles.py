@@ -9,7 +9,7 @@ server is started and probed, and how many requests it runs at once: ``parallel_
 llama.cpp) is what its server is told (``parallel_args``: ``--parallel N`` for llama.cpp,
 ``--max-num-seqs N`` for vLLM) and what the proxy lets through to it at once, so one client's request
 never shares a slot with (or interrupts) another's. Pure data plus selectors; used by
-``flexinfer.core.manifests``, ``flexinfer.local.profiles`` and the proxy catalogs.
+``flexinfer.core.manifests.render``, ``flexinfer.local.profiles`` and the proxy catalogs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Desired replicas for a Model (spec §3.2) and the per-model timeouts both engines use.
 
 ``desired_replicas`` is called by the Kubernetes engine on every reconcile; ``idle_timeout_seconds`` and
-``cold_start_timeout_seconds`` are also used by the arbiter (``flexinfer.core.arbiter_state``).
+``cold_start_timeout_seconds`` are also used by the arbiter (``flexinfer.core.arbiter.state``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dispatcher: ONE asyncio task that owns the arbiter (``flexinfer.core.arbiter``) and executes its
+"""The dispatcher: ONE asyncio task that owns the arbiter (``flexinfer.core.arbiter.machine``) and executes its
 effects. It is the ``Activator`` the proxy awaits, the control surface of ``flexinfer serve`` (preload,
 unload, status, replace models, shutdown), and the source of lifecycle metrics/traces (through a
 ``LifecycleObserver``).
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.core import arbiter_events as ev
-from flexinfer.core.arbiter import Arbiter
-from flexinfer.core.arbiter_events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.errors import ModelNotFoundError, ShuttingDownError
 from flexinfer.core.phases import FAILED, READY
 from flexinfer.runtime.dispatcher_effects import EffectRunner, Waiter

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.core import arbiter_events as ev
-from flexinfer.core.arbiter import Arbiter
-from flexinfer.core.arbiter_events import Effect, Event
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import Effect, Event
+from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.runtime.engine_tasks import EngineTasks
 from flexinfer.runtime.observer import ActivationRecord, LifecycleObserver
 from flexinfer.runtime.ports import Endpoint, Grant

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from flexinfer.api.model import Model
-from flexinfer.core.arbiter_events import Event, ModelReady, ModelStartFailed, ModelStopped, StageReached
+from flexinfer.core.arbiter.events import Event, ModelReady, ModelStartFailed, ModelStopped, StageReached
 from flexinfer.runtime.ports import Endpoint, Engine, Stage, StageReporter
 
 log = logging.getLogger(__name__)

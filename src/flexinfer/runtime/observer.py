@@ -2,7 +2,7 @@
 
 One port for both reporters: the dispatcher (``flexinfer.runtime.dispatcher``, local and in-cluster proxy)
 calls one observer synchronously from its task, and the manager's lifecycle tracker
-(``flexinfer.kube.lifecycle``) calls it on the transitions it reads from stored status.
+(``flexinfer.manager.lifecycle``) calls it on the transitions it reads from stored status.
 ``flexinfer.assembly`` passes ``LifecycleMetrics`` (``flexinfer.observability.metrics``), a tracing
 adapter, the activity log, or several through ``ObserverGroup``. Subclass ``NullObserver`` to implement only
 some methods. The dispatcher's times are readings of its clock (``time.monotonic()`` in production). ``declared`` comes

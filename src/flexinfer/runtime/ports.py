@@ -1,7 +1,7 @@
 """The ports between the runtime and its neighbours.
 
 - ``Engine``: what an engine (local processes, Kubernetes) implements so the dispatcher can start and stop
-  model servers. Implemented by ``flexinfer.local`` and ``flexinfer.kube``; faked by tests.
+  model servers. Implemented by ``flexinfer.local`` and ``flexinfer.cluster_proxy``; faked by tests.
 - ``Activator``: what the proxy needs from the runtime: wait until a model may serve a request, get its
   upstream, and say when the request is over (in-flight accounting). Implemented by the dispatcher.
 - ``Catalog``: what the proxy needs to resolve a request's model name and list models.

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer.assembly.cluster_proxy import cluster_proxy_settings
 from flexinfer.assembly.reference import GROUPS
 from flexinfer.core.envvalues import EnvVar, Kind, Policy
 from flexinfer.core.errors import ConfigError
 from flexinfer.flashloader.config import from_env
-from flexinfer.kube.config import manager_config
-from flexinfer.kube.proxy_side import cluster_proxy_settings
 from flexinfer.local.config import local_config
+from flexinfer.manager.config import manager_config
 from flexinfer.observability.logging_config import log_settings
-from flexinfer.observability.tracing import init_tracing, tracing_settings
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.provider import init_tracing
 from flexinfer.proxy.config import proxy_config
 from flexinfer.proxy.listen_config import listen_address
 

@@ -1,10 +1,10 @@
-"""Scenario tests for the pure swap arbiter (flexinfer.core.arbiter): admission, joins, swaps, drains,
+"""Scenario tests for the pure swap arbiter (flexinfer.core.arbiter.machine): admission, joins, swaps, drains,
 the hold and the starvation bound, timeouts, failures, idle reaping, preload/unload, shutdown, removal."""
 
 from __future__ import annotations
 
-from flexinfer.core import arbiter_events as ev
-from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import key, make_model
 

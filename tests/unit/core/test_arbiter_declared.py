@@ -4,7 +4,7 @@ added or their spec changes."""
 
 from __future__ import annotations
 
-from flexinfer.core import arbiter_events as ev
+from flexinfer.core.arbiter import events as ev
 from support.arbiter_harness import Harness
 from support.recording_engine import make_model
 

@@ -1,4 +1,4 @@
-"""Property tests over random event sequences for the arbiter (flexinfer.core.arbiter).
+"""Property tests over random event sequences for the arbiter (flexinfer.core.arbiter.machine).
 
 Invariants: at most one running model per shared group; every ticket ends exactly once (granted,
 rejected, or withdrawn by its caller); no model is stopped while it has in-flight requests unless the
@@ -11,8 +11,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flexinfer.core import arbiter_events as ev
-from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import key, make_model
 

@@ -5,8 +5,8 @@ servers out) a changed model keeps running unless it moved to another group."""
 
 from __future__ import annotations
 
-from flexinfer.core import arbiter_events as ev
-from flexinfer.core.arbiter_events import ArbiterPolicy
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import make_model
 

@@ -10,7 +10,7 @@ from flexinfer.api.model import Model
 from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.demand_view import demand_view, with_demand
 from flexinfer.core.election import waiting_since_of
-from flexinfer.core.model_status_plan import busy_proxies
+from flexinfer.core.model_status.plan import busy_proxies
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

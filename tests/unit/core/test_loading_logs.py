@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flexinfer.core.loading_logs import refine_from_log
-from flexinfer.core.model_status import MESSAGE_LIMIT, LoadingDetail
+from flexinfer.core.model_status.build import MESSAGE_LIMIT, LoadingDetail
 
 SHARDS = "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.50it/s]"
 UVICORN = "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)"

@@ -8,7 +8,7 @@ import pytest
 
 from flexinfer.core.controller_defaults import controller_defaults
 from flexinfer.core.errors import ConfigError
-from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job, selector_labels
+from flexinfer.core.manifests.render import render_model, render_tmpfs_cleanup_job, selector_labels
 from support.resource_builders import make_cache, make_model
 
 ON = {"DEFAULT_FLASH_LOADER_ENABLED": "true"}

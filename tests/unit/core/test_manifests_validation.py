@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 
 from flexinfer.core.controller_defaults import controller_defaults
-from flexinfer.core.manifests import render_model, render_tmpfs_cleanup_job
+from flexinfer.core.manifests.render import render_model, render_tmpfs_cleanup_job
 from support.resource_builders import make_cache, make_model
 
 K8S_VERSION = "1.30.0"

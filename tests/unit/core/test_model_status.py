@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from flexinfer.api.model import ModelStatus
-from flexinfer.core.model_status import (
+from flexinfer.core.model_status.build import (
     DeploymentFacts,
     StatusInputs,
     build_status,
@@ -105,7 +105,7 @@ def test_status_conditions_keep_transition_time_when_only_the_reason_changes() -
 
 
 def test_loading_progress_time_moves_only_when_the_substage_or_message_changes() -> None:
-    from flexinfer.core.model_status import LoadingDetail
+    from flexinfer.core.model_status.build import LoadingDetail
 
     model = make_model("m")
     detail = LoadingDetail("LoadingWeights", "staging")

@@ -8,8 +8,8 @@ from typing import Any
 from flexinfer.api.base import Condition
 from flexinfer.api.model import ActivationStatus, Model, SharedGroupStatus
 from flexinfer.core.election import MemberDecision
-from flexinfer.core.model_status import DeploymentFacts
-from flexinfer.core.model_status_plan import (
+from flexinfer.core.model_status.build import DeploymentFacts
+from flexinfer.core.model_status.plan import (
     ManagerPolicy,
     MemberInputs,
     activation_clock,

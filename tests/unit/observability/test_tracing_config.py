@@ -7,8 +7,7 @@ import pytest
 
 from flexinfer.core.envvalues import EnvReader
 from flexinfer.core.errors import ConfigError
-from flexinfer.observability.tracing import ExporterSettings, TracingSettings, tracing_settings
-from flexinfer.observability.tracing_config import key_value_list
+from flexinfer.observability.tracing.config import ExporterSettings, TracingSettings, key_value_list, tracing_settings
 
 
 @pytest.mark.parametrize(

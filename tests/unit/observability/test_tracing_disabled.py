@@ -7,14 +7,12 @@ import asyncio
 import pytest
 from opentelemetry import propagate, trace
 
-from flexinfer.observability import tracing_provider
-from flexinfer.observability.tracing import (
-    init_tracing,
-    reconcile_span,
-    record_activation,
-    request_span,
-    tracing_settings,
-)
+from flexinfer.observability.tracing import provider as tracing_provider
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.lifecycle import record_activation
+from flexinfer.observability.tracing.provider import init_tracing
+from flexinfer.observability.tracing.proxy import request_span
+from flexinfer.observability.tracing.reconcile import reconcile_span
 from support.reconcile_metrics import RecordingMetrics
 
 GARBAGE_ENV = {

@@ -19,7 +19,7 @@ def documented_spans() -> set[str]:
 
 
 def emitted_spans() -> set[str]:
-    names: set[str] = {"activation.<stage>"}  # f"activation.{stage}" in tracing_lifecycle.py
+    names: set[str] = {"activation.<stage>"}  # f"activation.{stage}" in observability/tracing/lifecycle.py
     for path in SRC.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         names |= set(SPAN_LITERAL.findall(text))

@@ -9,7 +9,10 @@ import pytest
 from opentelemetry import propagate, trace
 
 from flexinfer.core.errors import ConfigError
-from flexinfer.observability.tracing import Tracing, init_tracing, reconcile_span, record_activation, tracing_settings
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.lifecycle import record_activation
+from flexinfer.observability.tracing.provider import Tracing, init_tracing
+from flexinfer.observability.tracing.reconcile import reconcile_span
 from support.otlp_receiver import OTLPReceiver
 from support.reconcile_metrics import RecordingMetrics
 

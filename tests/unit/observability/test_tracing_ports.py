@@ -13,7 +13,10 @@ import pytest
 from opentelemetry import trace
 
 from flexinfer.api.model import Model
-from flexinfer.observability.tracing import ProxyTracer, Tracing, TracingObserver, init_tracing, tracing_settings
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.lifecycle import TracingObserver
+from flexinfer.observability.tracing.provider import Tracing, init_tracing
+from flexinfer.observability.tracing.proxy import ProxyTracer
 from flexinfer.proxy import hooks
 from flexinfer.runtime.observer import ActivationRecord, LifecycleObserver
 from support.otlp_receiver import OTLPReceiver

@@ -13,7 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from flexinfer.core.errors import ColdStartTimeoutError, ModelNotFoundError, RequestError
-from flexinfer.observability.tracing import Tracing, init_tracing, request_span, tracing_settings
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.provider import Tracing, init_tracing
+from flexinfer.observability.tracing.proxy import request_span
 from support.otlp_receiver import OTLPReceiver
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -15,7 +15,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from flexinfer.observability.tracing import ProxyTracer, init_tracing, proxy_tracer, tracing_settings
+from flexinfer.observability.tracing.config import tracing_settings
+from flexinfer.observability.tracing.provider import init_tracing
+from flexinfer.observability.tracing.proxy import ProxyTracer, proxy_tracer
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.runtime.ports import Endpoint, Grant, ModelView

@@ -1,0 +1,95 @@
+"""The in-cluster proxy's ``Catalog``: request names → Models, answered from the watch cache (no API call).
+
+A request may name a model by ``namespace/name``, by its name (when unique across the watched
+namespaces; a name used in several is ambiguous, 409), by ``spec.litellm.servedModelName`` or by one of
+``spec.litellm.aliases``; a model's own name always wins over another model's alias, and among alias
+claimants the oldest Model wins (then the key). The rule is ``flexinfer.core.model_index``.
+``spec.litellm.enabled: false`` parks a model (the proxy answers 404 and ``/v1/models`` hides it). The
+phase shown is the manager's ``status.phase``. The name index is rebuilt only after the store changed.
+Built by ``flexinfer.assembly.cluster_proxy``; used by the proxy (``flexinfer.proxy``) through the ``Catalog`` port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from flexinfer.api.key import ModelKey
+from flexinfer.api.model import Model
+from flexinfer.cluster_proxy.model_watch import ModelStore
+from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
+from flexinfer.core.phases import READY
+from flexinfer.core.profiles import declared_parallel
+from flexinfer.runtime.ports import ModelView
+
+_SOURCE_PREFIXES = ("HF://", "hf://", "ollama://", "file://")
+
+
+def backend_model_name(model: Model) -> str:
+    """The ``model`` field the backend expects (spec §6.4): ``spec.config.servedModelName``, else the model
+    id from ``spec.source`` (scheme stripped; ``pvc://claim/sub/path`` → ``/sub/path``)."""
+    configured = model.spec.config.get("servedModelName")
+    if isinstance(configured, str) and configured:
+        return configured
+    source = model.spec.source
+    if source.startswith("pvc://"):
+        _, _, sub = source[len("pvc://"):].partition("/")
+        return "/" + sub
+    for prefix in _SOURCE_PREFIXES:
+        if source.startswith(prefix):
+            return source[len(prefix):]
+    return source
+
+
+def parked(model: Model) -> bool:
+    """``spec.litellm.enabled: false``: the model is not served through the proxy."""
+    return model.spec.litellm is not None and not model.spec.litellm.enabled
+
+
+def view(model: Model) -> ModelView:
+    """The proxy's view of a Model as the manager last reported it."""
+    status = model.status
+    phase = status.phase or "Idle"
+    created = model.metadata.creation_timestamp
+    return ModelView(
+        name=model.name, namespace=model.namespace, backend=model.backend,
+        served_model_name=backend_model_name(model), phase=phase, group=model.group,
+        priority=model.priority, aliases=aliases(model), parked=parked(model),
+        created=created.timestamp() if created is not None else 0.0,
+        metadata={"key": model.key, "source": model.spec.source, "ready": phase == READY,
+                  "loading_substage": status.loading_substage, "message": status.message},
+        parallel=declared_parallel(model),
+    )
+
+
+def _age_order(model: Model) -> tuple[float, str]:
+    created: datetime | None = model.metadata.creation_timestamp
+    return (created.timestamp() if created is not None else float("inf"), model.key)
+
+
+class WatchCatalog:
+    """Name/alias resolution over a ``ModelStore`` (see the module docstring)."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self._store = store
+        self._index = EMPTY
+        self._indexed = -1
+
+    def key(self, name: str) -> ModelKey | None:
+        """The Model key a request name routes to, if any (``AmbiguousModelError`` for an ambiguous name)."""
+        if self._indexed != self._store.version:
+            self._index = ModelIndex.build(sorted(self._store.all(), key=_age_order))
+            self._indexed = self._store.version
+        return self._index.lookup(name)
+
+    def model(self, name: str) -> Model | None:
+        """The cached Model a request name routes to, if any."""
+        key = self.key(name)
+        return self._store.get(key) if key is not None else None
+
+    def resolve(self, name: str) -> ModelView | None:
+        model = self.model(name)
+        return view(model) if model is not None else None
+
+    def models(self) -> Sequence[ModelView]:
+        return [view(m) for m in sorted(self._store.all(), key=lambda m: m.key)]

@@ -1,0 +1,237 @@
+"""Demand and readiness for the in-cluster proxy: the proxy's half of the manager ↔ proxy contract.
+
+The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by writing ``lastActiveTime``
+(RFC 3339, UTC, microseconds) for the Model into this replica's ``ModelDemand`` report
+(``flexinfer.cluster_proxy.demand_report``; the proxy never writes Models); the manager reacts to that watch event
+(scale up, shared-group election) and reports ``status.phase``/``endpoint`` on the Model.
+
+- ``DemandSignal``: ``signal`` writes now (one write per activation; concurrent callers join the write in
+  flight; retriable failures retried); ``keep_alive`` writes in the background at most once per
+  ``throttle`` (60 s) per model.
+- ``KubeEngine``: the ``Engine`` port for the proxy's dispatcher. ``start`` = signal demand, then wait on
+  the watch cache until Ready with an endpoint, reporting each new loading stage the manager writes
+  (``loadingSubstage`` → ``server_start``/``staging``/``health``, so the proxy's activation trace and stage
+  metrics show where the time went) (Failed → ``EngineError`` with ``status.message``; a load
+  stalled in LoadingWeights for 120 s, a model held behind a warm primary (``preemptedBy: primary/…``) and
+  the model's cold-start budget → ``EngineError``).
+  ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.endpoint`` or, only with the
+  test-only override switched on, the ``flexinfer.ai/endpoint-override`` annotation.
+Built by ``flexinfer.assembly.cluster_proxy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_incrementing
+
+from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
+from flexinfer.api.model import Model
+from flexinfer.cluster_proxy.model_api import KubeApiError
+from flexinfer.cluster_proxy.model_watch import ModelStore
+from flexinfer.core.errors import EngineError
+from flexinfer.core.model_status.plan import STAGE_OF_SUBSTAGE
+from flexinfer.core.phases import READY
+from flexinfer.core.replicas import cold_start_timeout_seconds
+from flexinfer.runtime.ports import Endpoint, StageReporter
+
+if TYPE_CHECKING:
+    from flexinfer.cluster_proxy.demand_report import DemandReport
+
+log = logging.getLogger(__name__)
+
+STALL_AFTER = 120.0
+"""A load is stalled when LoadingWeights has reported no progress for this long (spec §6.5)."""
+WARM_PRIMARY_PREFIX = "primary/"
+"""``status.sharedGroup.preemptedBy`` prefix: the model cannot be promoted past a warm primary (fail fast)."""
+KEEP_ALIVE_THROTTLE = 60.0
+CONFLICT_GRACE = 30.0
+"""A failed demand write still counts when this replica's last written ``lastActiveTime`` is at most this old."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """``2025-01-02T03:04:05.123456Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class DemandSignal:
+    """Writes ``lastActiveTime`` into this replica's demand report (see the module docstring)."""
+
+    def __init__(self, report: DemandReport, store: ModelStore, *, now: Callable[[], datetime] = utc_now,
+                 clock: Callable[[], float] = time.monotonic, throttle: float = KEEP_ALIVE_THROTTLE,
+                 attempts: int = 3, retry_delay: float = 0.2) -> None:
+        self._report, self._store, self._now, self._clock = report, store, now, clock
+        self._throttle, self._attempts, self._retry_delay = throttle, attempts, retry_delay
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._last: dict[str, float] = {}
+        self._written: dict[str, datetime] = {}
+        """key → the last ``lastActiveTime`` this replica wrote."""
+        self._background: set[asyncio.Task[None]] = set()
+        self.patches = 0
+        """Successful demand writes (for tests and logs)."""
+
+    async def signal(self, model: Model) -> None:
+        """Write ``lastActiveTime`` now (joining a write already in flight); ``EngineError`` on failure."""
+        task = self._in_flight.get(model.key)
+        if task is None:
+            task = asyncio.create_task(self._patch(model.namespace, model.name), name=f"demand-{model.key}")
+            self._in_flight[model.key] = task
+            task.add_done_callback(lambda _: self._in_flight.pop(model.key, None))
+        await asyncio.shield(task)
+
+    def keep_alive(self, model: Model) -> None:
+        """Write in the background unless this replica recorded demand within the throttle window."""
+        if model.key in self._in_flight or not self._due(model):
+            return
+        self._last[model.key] = self._clock()
+        task = asyncio.create_task(self._quiet_patch(model), name=f"keep-alive-{model.key}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _due(self, model: Model) -> bool:
+        last = self._last.get(model.key)
+        return last is None or self._clock() - last >= self._throttle
+
+    async def _quiet_patch(self, model: Model) -> None:
+        try:
+            await self.signal(model)
+        except EngineError as exc:
+            log.warning("keep-alive for model %s failed: %s", model.key, exc)
+
+    async def _patch(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
+        moment = self._now()
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    moment = self._now()
+                    await self._report.write(namespace, name, {"lastActiveTime": rfc3339(moment)})
+        except KubeApiError as exc:
+            if self._recent(key):
+                log.info("demand write for %s failed (%s) but lastActiveTime is fresh", key, exc)
+                return
+            raise EngineError(f"cannot signal demand for model {key}: {exc}") from None
+        self.patches += 1
+        self._last[key] = self._clock()
+        self._written[key] = moment
+
+    def _retrying(self) -> AsyncRetrying:
+        """Retriable API errors (conflict, 5xx) wait ``retry_delay`` times the attempt number; ``attempts`` in all."""
+        return AsyncRetrying(stop=stop_after_attempt(self._attempts),
+                             wait=wait_incrementing(start=self._retry_delay, increment=self._retry_delay),
+                             retry=retry_if_exception(lambda exc: isinstance(exc, KubeApiError) and exc.retriable),
+                             reraise=True)
+
+    def _recent(self, key: str) -> bool:
+        stamp = self._written.get(key)
+        return stamp is not None and (self._now() - stamp).total_seconds() <= CONFLICT_GRACE
+
+    async def aclose(self) -> None:
+        """Cancel background keep-alive patches and shared writes still retrying (their waiters are gone at
+        shutdown; a waiter cancelled earlier leaves the write to the others that joined it)."""
+        tasks = [*self._background, *self._in_flight.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def endpoint_of(model: Model, override_enabled: bool) -> str | None:
+    """Where a Ready model answers: the override annotation (only when enabled), else ``status.endpoint``."""
+    if override_enabled:
+        override = model.metadata.annotations.get(ENDPOINT_OVERRIDE_ANNOTATION, "").strip()
+        if override:
+            return override
+    return model.status.endpoint or None
+
+
+def failure_message(model: Model) -> str:
+    """``status.message``, else the first False condition's message, else the phase."""
+    if model.status.message:
+        return model.status.message
+    failed = next((c for c in model.status.conditions if c.status == "False" and c.message), None)
+    return failed.message if failed is not None else "phase Failed"
+
+
+def _loading_stage(model: Model | None) -> str | None:
+    """The activation stage the manager's ``loadingSubstage`` shows while Loading (``None`` otherwise)."""
+    if model is None or model.status.phase != "Loading" or model.status.loading_substage is None:
+        return None
+    return STAGE_OF_SUBSTAGE.get(model.status.loading_substage)
+
+
+def stall_deadline(model: Model | None) -> datetime | None:
+    """When the current load counts as stalled (Loading/LoadingWeights only), else ``None``."""
+    if model is None or model.status.phase != "Loading" or model.status.loading_substage != "LoadingWeights":
+        return None
+    progress = model.status.loading_progress_at
+    return None if progress is None else progress + timedelta(seconds=STALL_AFTER)
+
+
+class KubeEngine:
+    """The ``Engine`` the proxy's dispatcher drives in the cluster (see the module docstring)."""
+
+    def __init__(self, store: ModelStore, demand: DemandSignal, *, endpoint_override: bool = False,
+                 cold_start_timeout: float = 60.0, now: Callable[[], datetime] = utc_now) -> None:
+        self._store, self._demand, self._override = store, demand, endpoint_override
+        self._cold_start_timeout, self._now = cold_start_timeout, now
+
+    async def start(self, model: Model, report: StageReporter) -> Endpoint:
+        """Signal demand, then wait (watch-driven) until the manager reports the model Ready."""
+        budget = cold_start_timeout_seconds(model, self._cold_start_timeout)
+        await self._demand.signal(model)
+        try:
+            async with asyncio.timeout(budget):
+                return await self._await_ready(model.key, report)
+        except TimeoutError:
+            raise EngineError(f"model {model.key} was not Ready within {budget:.0f}s") from None
+
+    async def stop(self, model: Model) -> None:
+        """Nothing to do: the manager scales models down (idle timeout, shared-group election)."""
+        return None
+
+    async def _await_ready(self, key: str, report: StageReporter) -> Endpoint:
+        stages: list[str] = []
+
+        def progress(model: Model | None) -> Endpoint | None:
+            stage = _loading_stage(model)
+            if stage is not None and stage not in stages[-1:]:
+                stages.append(stage)
+                report(stage)
+            return self._readiness(model)
+
+        while True:
+            deadline = stall_deadline(self._store.get(key))
+            wait = None if deadline is None else max((deadline - self._now()).total_seconds(), 0.0) + 0.01
+            try:
+                async with asyncio.timeout(wait):
+                    return await self._store.wait_until(key, progress)
+            except TimeoutError:
+                if wait is None:
+                    raise
+                self._readiness(self._store.get(key))
+
+    def _readiness(self, model: Model | None) -> Endpoint | None:
+        """The endpoint once Ready; raises ``EngineError`` for Failed, stalled or deleted models."""
+        if model is None:
+            raise EngineError("the Model was deleted")
+        phase = model.status.phase
+        if phase == "Failed":
+            raise EngineError(failure_message(model))
+        shared = model.status.shared_group
+        if phase == "Preempted" and shared is not None and shared.preempted_by.startswith(WARM_PRIMARY_PREFIX):
+            raise EngineError(f"held behind warm primary {shared.preempted_by[len(WARM_PRIMARY_PREFIX):]}")
+        deadline = stall_deadline(model)
+        if deadline is not None and self._now() >= deadline:
+            raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
+                              f"({model.status.message or 'LoadingWeights'})")
+        url = endpoint_of(model, self._override) if phase == READY else None
+        return Endpoint(url) if url else None

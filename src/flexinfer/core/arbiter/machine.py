@@ -1,0 +1,424 @@
+"""The swap arbiter: one process's single source of truth about which models run and who may send
+requests to them. Events in, effects out (``flexinfer.core.arbiter.events``); no clock, no I/O.
+
+Called only by the dispatcher (``flexinfer.runtime.dispatcher``), which owns one ``Arbiter`` in one task,
+and by tests. Rules (docs/design/swapping.md): per-model tickets; a request for a model that is not Ready
+joins the activation in progress; one running model per shared group; a swap drains the incumbent
+(bounded by ``drain_timeout``) before the winner starts; priority decides, bounded by ``max_wait``;
+``min_hold`` after Ready against thrash; every ticket ends exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from flexinfer.api.key import ModelKey
+from flexinfer.api.model import Model
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter.state import (
+    Slot,
+    Ticket,
+    activation_failure_effect,
+    activation_success_effects,
+    backoff_error,
+    challenger,
+    failed_error,
+    first_choice,
+    next_decision_time,
+)
+from flexinfer.core.errors import (
+    ColdStartTimeoutError,
+    ModelNotFoundError,
+    QueueFullError,
+    RequestError,
+    ShuttingDownError,
+)
+from flexinfer.core.lifecycle_clock import Activation
+from flexinfer.core.phases import FAILED, IDLE, LOADING, PENDING, PREEMPTED, READY, check_transition
+
+
+class Arbiter:
+    """Owns slots (one per declared model) and tickets; ``handle`` is the only mutator."""
+
+    def __init__(self, models: Iterable[Model] = (), policy: ArbiterPolicy | None = None) -> None:
+        self.policy = policy or ArbiterPolicy()
+        self.slots: dict[ModelKey, Slot] = {}
+        self.tickets: dict[int, Ticket] = {}
+        self.next_up: dict[str, ModelKey] = {}
+        self.shutting_down = False
+        self._shutdown_done = False
+        self._wake: float | None = None
+        self._fx: list[Effect] = []
+        for model in models:
+            self.slots[model.key] = Slot(model)
+        # Models declared before the first event: ``handle`` reports them (``ModelDeclared``) first.
+        self._announce = [slot.model for slot in self.slots.values()]
+
+    # ------------------------------------------------------------ entry point
+
+    def handle(self, event: Event, now: float) -> list[Effect]:
+        """Apply one event at time ``now``; return the effects to execute, in order."""
+        self._fx = [ev.ModelDeclared(model) for model in self._announce]
+        self._announce = []
+        self._apply(event, now)
+        self._expire(now)
+        self._arbitrate(now)
+        self._finish_shutdown()
+        self._schedule(now)
+        fx, self._fx = self._fx, []
+        return fx
+
+    def waiting_reason(self, key: ModelKey) -> str:
+        """``swap`` when a waiting model needs another model off its GPU first, else ``cold_start``."""
+        slot = self.slots.get(key)
+        if slot is None:
+            return "cold_start"
+        if slot.activation is not None:
+            return slot.activation.kind
+        peers = [s for s in self.slots.values() if s.group is not None and s.group == slot.group and s is not slot]
+        return "swap" if any(p.running for p in peers) else "cold_start"
+
+    def next_wake(self) -> float | None:
+        """The pending wake-up time (the last ``ScheduleWake``)."""
+        return self._wake
+
+    def _apply(self, event: Event, now: float) -> None:
+        match event:
+            case ev.RequestArrived():
+                self._arrive(event, now)
+            case ev.RequestCancelled() | ev.RequestFinished():
+                self._end_ticket(event.ticket, now)
+            case ev.ModelReady():
+                self._ready(event.model, event.endpoint, now)
+            case ev.ModelStartFailed():
+                self._start_failed(event.model, event.error, now)
+            case ev.ModelStopped():
+                self._stopped(event.model)
+            case ev.ModelCrashed():
+                self._crashed(event.model, event.error, now)
+            case ev.StageReached():
+                self._stage(event.model, event.stage, now)
+            case ev.Preload():
+                self._preload(event.model, now)
+            case ev.Unload():
+                self._unload(event.model, now)
+            case ev.Shutdown():
+                self._shutdown(now, event.drain_timeout)
+            case ev.ModelsReplaced():
+                self._replace(event.models, now)
+            case ev.Tick():
+                pass
+
+    # ------------------------------------------------------------ tickets
+
+    def _arrive(self, event: ev.RequestArrived, now: float) -> None:
+        key = event.model
+        if self.shutting_down:
+            return self._reject_new(event, ShuttingDownError("FlexInfer is shutting down"))
+        slot = self._declared(key)
+        if slot is None:
+            return self._reject_new(event, ModelNotFoundError(key))
+        slot.last_active, slot.held_off = now, False
+        if slot.backing_off(now):
+            return self._reject_new(event, backoff_error(slot, now))
+        if slot.servable:
+            self.tickets[event.ticket] = Ticket(event.ticket, key, now, now, granted=True)
+            slot.in_flight.add(event.ticket)
+            return self._emit(ev.GrantTicket(event.ticket, key, slot.endpoint, 0.0))
+        if len(slot.queue) >= self.policy.queue_limit:
+            return self._reject_new(event, QueueFullError(f"queue for model '{slot.model.name}' is full"))
+        budget = now + slot.cold_start_budget(self.policy)
+        deadline = budget if event.deadline is None else min(budget, event.deadline)
+        ticket = Ticket(event.ticket, key, now, deadline)
+        self.tickets[event.ticket] = slot.queue[event.ticket] = ticket
+        if slot.phase in (IDLE, PREEMPTED, FAILED) and not slot.running:
+            self._phase(slot, PENDING, "WaitingForActivation")
+        return None
+
+    def _reject_new(self, event: ev.RequestArrived, error: RequestError) -> None:
+        self._emit(ev.RejectTicket(event.ticket, event.model, error))
+
+    def _end_ticket(self, ticket_id: int, now: float) -> None:
+        ticket = self.tickets.pop(ticket_id, None)
+        if ticket is None:
+            return
+        slot = self.slots.get(ticket.model)
+        if slot is None:
+            return
+        slot.queue.pop(ticket_id, None)
+        if ticket_id in slot.in_flight:
+            slot.in_flight.discard(ticket_id)
+            slot.last_active = now
+        if slot.drain_until is not None and not slot.in_flight and not slot.stopping:
+            self._stop(slot, forced=False)
+        if slot.removed and not slot.running and not slot.in_flight:
+            self._forget(slot)
+
+    def _reject(self, slot: Slot, ticket: Ticket, error: RequestError) -> None:
+        slot.queue.pop(ticket.id, None)
+        self.tickets.pop(ticket.id, None)
+        self._emit(ev.RejectTicket(ticket.id, slot.key, error))
+
+    # ------------------------------------------------------------ engine reports
+
+    def _ready(self, key: ModelKey, endpoint: object, now: float) -> None:
+        slot = self.slots.get(key)
+        if slot is None or not slot.running or slot.stopping or slot.phase == READY:
+            return
+        self._phase(slot, READY, "BackendReady")
+        slot.endpoint, slot.ready_since, slot.failures, slot.wanted = endpoint, now, 0, False
+        activation = slot.activation or Activation(key, now)
+        slot.activation = None
+        self._observe(slot, activation, now)
+        if activation.kind == "swap":
+            slot.last_swap = now
+        for ticket in list(slot.queue.values()):
+            ticket.granted = True
+            slot.in_flight.add(ticket.id)
+            self._emit(ev.GrantTicket(ticket.id, key, endpoint, now - ticket.arrived, activation.kind))
+        slot.queue.clear()
+        if slot.group is not None and self.next_up.get(slot.group) == key:
+            del self.next_up[slot.group]
+
+    def _observe(self, slot: Slot, activation: Activation, now: float) -> None:
+        for effect in activation_success_effects(slot, activation, now):
+            self._emit(effect)
+
+    def _start_failed(self, key: ModelKey, error: str, now: float) -> None:
+        slot = self.slots.get(key)
+        if slot is None or not slot.running or slot.stopping:
+            return
+        if slot.activation is not None:
+            self._emit(activation_failure_effect(slot, slot.activation, now))
+        self._fail(slot, "StartFailed", error, now)
+
+    def _fail(self, slot: Slot, reason: str, error: str, now: float) -> None:
+        """The model server is gone without being asked to: Failed, backoff, waiting tickets rejected."""
+        slot.running, slot.endpoint, slot.drain_until, slot.ready_since = False, None, None, None
+        slot.activation, slot.preempted_by = None, None
+        slot.failures += 1
+        backoff = self.policy.backoff(slot.failures)
+        slot.retry_at, slot.wanted, slot.last_error = now + backoff, False, error
+        self._phase(slot, FAILED, reason)
+        for ticket in list(slot.queue.values()):
+            self._reject(slot, ticket, failed_error(slot, error, backoff))
+        if slot.group is not None and self.next_up.get(slot.group) == slot.key:
+            del self.next_up[slot.group]
+
+    def _stopped(self, key: ModelKey) -> None:
+        slot = self.slots.get(key)
+        if slot is None or not slot.running:
+            return
+        slot.running, slot.stopping, slot.endpoint = False, False, None
+        slot.drain_until, slot.ready_since, slot.activation = None, None, None
+        if slot.phase != FAILED:
+            preempted = slot.preempted_by is not None and slot.phase in (READY, LOADING)
+            self._phase(slot, PREEMPTED if preempted else IDLE, "Preempted" if preempted else "WaitingForActivation")
+        slot.preempted_by = None
+        if slot.removed and not slot.in_flight:
+            self._forget(slot)
+        elif slot.queue and not self.shutting_down:
+            self._phase(slot, PENDING, "WaitingForActivation")
+
+    def _crashed(self, key: ModelKey, error: str, now: float) -> None:
+        slot = self.slots.get(key)
+        if slot is None or not slot.running or slot.stopping:
+            return self._stopped(key)
+        if slot.loading:
+            return self._start_failed(key, error, now)
+        return self._fail(slot, "ServerExited", error, now)
+
+    def _stage(self, key: ModelKey, stage: str, now: float) -> None:
+        slot = self.slots.get(key)
+        if slot is not None and slot.activation is not None and slot.loading:
+            slot.activation.mark(stage, now)
+
+    # ------------------------------------------------------------ explicit control
+
+    def _declared(self, key: ModelKey) -> Slot | None:
+        slot = self.slots.get(key)
+        return None if slot is None or slot.removed else slot
+
+    def _preload(self, key: ModelKey, now: float) -> None:
+        slot = self._declared(key)
+        if slot is not None and not self.shutting_down:
+            slot.wanted, slot.held_off = not slot.servable, False
+            if slot.phase in (IDLE, PREEMPTED) and not slot.running:
+                self._phase(slot, PENDING, "WaitingForActivation")
+
+    def _unload(self, key: ModelKey, now: float) -> None:
+        slot = self._declared(key)
+        if slot is None:
+            return
+        slot.wanted, slot.held_off = False, True
+        if slot.running:
+            self._retire(slot, now)
+
+    def _shutdown(self, now: float, drain_timeout: float | None) -> None:
+        self.shutting_down = True
+        self.next_up.clear()
+        for slot in self.slots.values():
+            for ticket in list(slot.queue.values()):
+                self._reject(slot, ticket, ShuttingDownError("FlexInfer is shutting down"))
+            slot.wanted = False
+            if slot.running:
+                self._retire(slot, now, timeout=drain_timeout)
+
+    def _replace(self, models: Iterable[Model], now: float) -> None:
+        declared = {m.key: m for m in models}
+        for key, model in declared.items():
+            slot = self.slots.get(key)
+            if slot is None:
+                self.slots[key] = Slot(model)
+                self._emit(ev.ModelDeclared(model))
+                continue
+            if slot.removed or slot.model != model:
+                self._emit(ev.ModelDeclared(model))
+            slot.removed = False  # back before its server stopped: the same slot, so one server per model
+            if slot.model != model:
+                self._change(slot, model, now)
+        for key, slot in list(self.slots.items()):
+            if key not in declared and not slot.removed:
+                self._remove(slot, now)
+
+    def _change(self, slot: Slot, model: Model, now: float) -> None:
+        """A declared model's manifest changed: it forgets its failed starts; with ``restart_changed`` a running
+        (or loading) server drains, stops and starts again with the new manifest, else only a move to another
+        group drains it off the old one."""
+        moved = slot.group != Slot(model).group
+        slot.model, slot.failures, slot.retry_at = model, 0, None
+        if not slot.running or slot.stopping:
+            return
+        if self.policy.restart_changed:
+            slot.wanted = not self.shutting_down
+            self._retire(slot, now)
+        elif moved:
+            self._retire(slot, now)
+
+    def _remove(self, slot: Slot, now: float) -> None:
+        slot.removed, slot.wanted = True, False
+        for ticket in list(slot.queue.values()):
+            self._reject(slot, ticket, ModelNotFoundError(slot.model.name))
+        if slot.running:
+            self._retire(slot, now)
+        elif not slot.in_flight:
+            self._forget(slot)
+
+    def _forget(self, slot: Slot) -> None:
+        self.slots.pop(slot.key, None)
+        self._emit(ev.ModelForgotten(slot.model))
+
+    # ------------------------------------------------------------ stopping
+
+    def _retire(self, slot: Slot, now: float, winner: Slot | None = None, timeout: float | None = None) -> None:
+        """Take the model off its GPU: a loading model stops now; a Ready one drains first (bounded)."""
+        if slot.stopping:
+            return
+        if winner is not None:
+            slot.preempted_by = winner.key
+        if slot.loading or not slot.in_flight:
+            self._stop(slot, forced=False)
+            return
+        until = now + (self.policy.drain_timeout if timeout is None else timeout)
+        slot.drain_until = until if slot.drain_until is None else min(slot.drain_until, until)
+
+    def _stop(self, slot: Slot, forced: bool) -> None:
+        slot.stopping = True
+        self._emit(ev.StopModel(slot.key, forced))
+
+    def _expire(self, now: float) -> None:
+        for slot in list(self.slots.values()):
+            for ticket in [t for t in slot.queue.values() if t.deadline <= now]:
+                waited = now - ticket.arrived
+                self._reject(slot, ticket, ColdStartTimeoutError(
+                    f"Timeout waiting for model '{slot.model.name}' to become ready (waited {waited:.1f}s)"))
+            if slot.drain_until is not None and slot.drain_until <= now and not slot.stopping:
+                self._stop(slot, forced=True)
+            idle_end = slot.idle_deadline()
+            if idle_end is not None and idle_end <= now:
+                self._retire(slot, now)
+            if slot.phase == PENDING and not slot.running and not slot.queue and not slot.pinned():
+                self._phase(slot, IDLE, "WaitingForActivation")
+
+    # ------------------------------------------------------------ arbitration
+
+    def _groups(self) -> dict[str, list[Slot]]:
+        groups: dict[str, list[Slot]] = {}
+        for slot in self.slots.values():
+            groups.setdefault(slot.group or f"\0{slot.key}", []).append(slot)
+        return groups
+
+    def _arbitrate(self, now: float) -> None:
+        if self.shutting_down:
+            return
+        for group, members in self._groups().items():
+            holder = next((s for s in members if s.running), None)
+            if holder is None:
+                self._start_next(group, members, now)
+            elif holder.servable and holder.group is not None:
+                winner = challenger(holder, members, now, self.policy)
+                if winner is not None:
+                    self._swap(holder, winner, now)
+
+    def _start_next(self, group: str, members: list[Slot], now: float) -> None:
+        planned_key = self.next_up.pop(group, None)
+        planned = self.slots.get(planned_key) if planned_key is not None else None
+        if planned is not None and not planned.wants_gpu(now):
+            planned.activation, planned = None, None
+        winner = planned or first_choice(members, now, self.policy)
+        if winner is None:
+            return
+        if winner.activation is None:
+            winner.activation = Activation(winner.key, now, demand_since=winner.oldest_wait)
+        winner.activation.start(now)
+        winner.running, winner.stopping, winner.preempted_by = True, False, None
+        self._phase(winner, LOADING, "StartingBackend")
+        self._emit(ev.StartModel(winner.key))
+
+    def _swap(self, holder: Slot, winner: Slot, now: float) -> None:
+        group = holder.group or ""
+        self.next_up[group] = winner.key
+        winner.activation = Activation(winner.key, now, "swap", holder.key, winner.oldest_wait)
+        self._emit(ev.Preempted(group, holder.key, winner.key))
+        self._retire(holder, now, winner)
+
+    def _finish_shutdown(self) -> None:
+        if self.shutting_down and not self._shutdown_done and not any(s.running for s in self.slots.values()):
+            self._shutdown_done = True
+            self._emit(ev.ShutdownComplete())
+
+    def _schedule(self, now: float) -> None:
+        times = [t for t in self._deadlines() if t > now]
+        wake = min(times, default=None)
+        if wake != self._wake:
+            self._wake = wake
+            self._emit(ev.ScheduleWake(wake))
+
+    def _deadlines(self) -> Iterable[float]:
+        for slot in self.slots.values():
+            yield from (t.deadline for t in slot.queue.values())
+            if slot.drain_until is not None and not slot.stopping:
+                yield slot.drain_until
+            idle_end = slot.idle_deadline()
+            if idle_end is not None:
+                yield idle_end
+            if slot.retry_at is not None and slot.pinned():
+                yield slot.retry_at
+        for members in self._groups().values():
+            holder = next((s for s in members if s.servable), None)
+            decision = None if holder is None else next_decision_time(holder, members, self.policy)
+            if decision is not None:
+                yield decision
+
+    # ------------------------------------------------------------ small pieces
+
+    def _phase(self, slot: Slot, new: str, reason: str) -> None:
+        if slot.phase == new:
+            return
+        check_transition(slot.phase, new)
+        old, slot.phase = slot.phase, new
+        self._emit(ev.PhaseChanged(slot.key, old, new, reason))
+
+    def _emit(self, effect: Effect) -> None:
+        self._fx.append(effect)

@@ -1,0 +1,202 @@
+"""The arbiter's per-model and per-ticket state (``Slot``, ``Ticket``) and the winner-selection rules.
+
+Owned and mutated only by ``flexinfer.core.arbiter.machine.Arbiter``; the selection functions here are pure
+reads over slots (the rules are written out in docs/design/swapping.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from flexinfer.api.key import ModelKey
+from flexinfer.api.model import Model
+from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.events import ArbiterPolicy, Effect
+from flexinfer.core.errors import ModelFailedError
+from flexinfer.core.lifecycle_clock import Activation
+from flexinfer.core.phases import FAILED, IDLE, READY
+from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
+
+
+@dataclass
+class Ticket:
+    """One request waiting for, or holding, a grant."""
+
+    id: int
+    model: ModelKey
+    arrived: float
+    deadline: float
+    granted: bool = False
+
+
+@dataclass
+class Slot:
+    """Everything the arbiter knows about one declared model."""
+
+    model: Model
+    phase: str = IDLE
+    endpoint: object | None = None
+    queue: dict[int, Ticket] = field(default_factory=dict)
+    in_flight: set[int] = field(default_factory=set)
+    last_active: float | None = None
+    ready_since: float | None = None
+    activation: Activation | None = None
+    running: bool = False
+    """StartModel issued and ModelStopped not yet seen: this model holds (or is loading onto) its GPU."""
+    drain_until: float | None = None
+    """Set while draining: no new grants; stopped when in-flight reaches 0 or at this time."""
+    stopping: bool = False
+    preempted_by: ModelKey | None = None
+    wanted: bool = False
+    held_off: bool = False
+    failures: int = 0
+    retry_at: float | None = None
+    last_error: str | None = None
+    """Why the last start failed (for the backoff rejection's message)."""
+    last_swap: float | None = None
+    removed: bool = False
+
+    @property
+    def key(self) -> ModelKey:
+        return self.model.key
+
+    @property
+    def group(self) -> str | None:
+        """The shared group's identity (``namespace/group``), ``None`` for a model with its own GPU."""
+        group = self.model.group
+        return f"{self.model.namespace}/{group}" if group else None
+
+    @property
+    def servable(self) -> bool:
+        """Ready and accepting new grants (not draining or stopping)."""
+        return self.running and self.phase == READY and self.drain_until is None and not self.stopping
+
+    @property
+    def loading(self) -> bool:
+        return self.running and self.phase != READY
+
+    @property
+    def oldest_wait(self) -> float | None:
+        return min((t.arrived for t in self.queue.values()), default=None)
+
+    def pinned(self) -> bool:
+        """Kept running without demand: ``minReplicas >= 1`` (unless unloaded) or an explicit preload."""
+        return self.wanted or (self.model.min_replicas >= 1 and not self.held_off)
+
+    def backing_off(self, now: float) -> bool:
+        return self.phase == FAILED and self.retry_at is not None and now < self.retry_at
+
+    def wants_gpu(self, now: float) -> bool:
+        return not self.removed and not self.backing_off(now) and (bool(self.queue) or self.pinned())
+
+    def idle_deadline(self) -> float | None:
+        """When a Ready, unpinned, unused model is stopped by the idle timeout."""
+        if not self.servable or self.queue or self.in_flight or self.pinned():
+            return None
+        base = max(t for t in (self.last_active, self.ready_since) if t is not None)
+        return base + idle_timeout_seconds(self.model)
+
+    def cold_start_budget(self, policy: ArbiterPolicy) -> float:
+        return cold_start_timeout_seconds(self.model, policy.cold_start_timeout)
+
+
+def _by_priority(slot: Slot) -> tuple[int, float, str]:
+    oldest = slot.oldest_wait
+    return (-slot.model.priority, oldest if oldest is not None else float("inf"), slot.key)
+
+
+def starving(slots: Iterable[Slot], now: float, policy: ArbiterPolicy) -> Slot | None:
+    """The waiting model whose oldest ticket has waited longest, if that is at least ``max_wait``."""
+    waits = [(s.oldest_wait, s.key, s) for s in slots if not s.backing_off(now)]
+    hungry = [(oldest, key, s) for oldest, key, s in waits if oldest is not None and now - oldest >= policy.max_wait]
+    return min(hungry, key=lambda item: (item[0], item[1]), default=(0.0, "", None))[2]
+
+
+def first_choice(slots: Sequence[Slot], now: float, policy: ArbiterPolicy) -> Slot | None:
+    """Who gets a free GPU: a starving model; else the best with waiting tickets (priority, oldest wait,
+    name); else the best pinned/preloaded model."""
+    candidates = [s for s in slots if s.wants_gpu(now)]
+    hungry = starving(candidates, now, policy)
+    if hungry is not None:
+        return hungry
+    waiting = [s for s in candidates if s.queue]
+    return min(waiting or candidates, key=_by_priority, default=None)
+
+
+def challenger(holder: Slot, slots: Sequence[Slot], now: float, policy: ArbiterPolicy) -> Slot | None:
+    """Who should take the GPU from a Ready ``holder`` now, if anyone.
+
+    1. A starving model (oldest ticket waited ``max_wait``) wins, whatever the priorities and the hold.
+    2. Within ``min_hold`` after the holder became Ready, nobody else.
+    3. The best waiting model wins if the holder is idle (no queued or in-flight requests), or if it has
+       strictly higher priority than the busy holder. Pinned models without tickets never preempt.
+    """
+    others = [s for s in slots if s is not holder and s.queue and s.wants_gpu(now)]
+    hungry = starving(others, now, policy)
+    if hungry is not None:
+        return hungry
+    if holder.ready_since is not None and now < holder.ready_since + policy.min_hold:
+        return None
+    best = min(others, key=_by_priority, default=None)
+    if best is None:
+        return None
+    busy = bool(holder.queue or holder.in_flight)
+    return best if not busy or best.model.priority > holder.model.priority else None
+
+
+def next_decision_time(holder: Slot, slots: Sequence[Slot], policy: ArbiterPolicy) -> float | None:
+    """When ``challenger`` could change its answer without a new event (hold end, starvation threshold)."""
+    others = [s for s in slots if s is not holder and s.queue]
+    if not others:
+        return None
+    times = [oldest + policy.max_wait for s in others if (oldest := s.oldest_wait) is not None]
+    if holder.ready_since is not None:
+        times.append(holder.ready_since + policy.min_hold)
+    return min(times)
+
+
+def failed_error(slot: Slot, error: str, retry_after: float) -> ModelFailedError:
+    """The error for tickets of a model that failed to start (``retry_after`` = the backoff left)."""
+    err = ModelFailedError(f"Failed to activate model '{slot.model.name}': {error}")
+    err.retry_after = max(retry_after, 1.0)
+    return err
+
+
+def backoff_error(slot: Slot, now: float) -> ModelFailedError:
+    """The error for a request that arrives while a failed model waits out its restart backoff: when the next
+    start may be tried, after how many failures, and why the last one failed."""
+    left = max((slot.retry_at or now) - now, 0.0)
+    failures = f"{slot.failures} failed start{'s' if slot.failures != 1 else ''}"
+    why = (slot.last_error or "").strip().splitlines()[0].rstrip(":") if slot.last_error else "unknown error"
+    return failed_error(slot, f"restart backoff after {failures}, next start in {math.ceil(left)}s "
+                              f"(last failure: {why})", left)
+
+
+def activation_success_effects(slot: Slot, activation: Activation, now: float) -> list[Effect]:
+    """The observations of an activation that reached Ready: cold start, swap (shared groups), stages, and
+    the ``ActivationDone`` record naming the tickets that waited for it."""
+    obs = activation.finish(now)
+    effects: list[Effect] = []
+    if obs.cold_start is not None:
+        effects.append(ev.ObserveColdStart(slot.key, obs.cold_start))
+    if obs.swap is not None and slot.group is not None:
+        effects.append(ev.ObserveSwap(slot.key, slot.group, obs.swap))
+    effects += [ev.ObserveStage(slot.key, span.stage, span.seconds) for span in obs.stages]
+    stages = tuple((s.stage, s.start, s.end) for s in obs.stages)
+    effects.append(ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages,
+                                     tuple(slot.queue), "success", _displaced(activation)))
+    return effects
+
+
+def activation_failure_effect(slot: Slot, activation: Activation, now: float) -> Effect:
+    """The ``ActivationDone`` record of an activation whose start failed."""
+    stages = tuple((s.stage, s.start, s.end) for s in activation.fail(now).stages)
+    return ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages, tuple(slot.queue),
+                             "failure", _displaced(activation))
+
+
+def _displaced(activation: Activation) -> ModelKey | None:
+    """The key of the model a swap took the GPU from (the arbiter's clocks record keys)."""
+    return ModelKey.parse(activation.preempted) if activation.preempted else None

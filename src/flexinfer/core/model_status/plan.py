@@ -1,0 +1,218 @@
+"""One reconcile of one Model, decided purely: shared-group state, replicas (with the swap drain gate),
+the activation record and the latency observations.
+
+The Kubernetes reconciler (``flexinfer.manager.reconciler``) calls, per member and in this order:
+``plan_member`` (replicas to apply; whether this pass preempts the member), then, with the Deployment
+as applied, ``finish_member`` (the new status and, when the model just became Ready, its cold-start /
+swap observations). ``next_wakeup`` says when a timer must re-reconcile a group (idle timeout, demand
+and cooldown windows, drain deadline, lease expiry, a wait marker crossing the starvation bound) so
+nothing is polled.
+
+Drain (swap): a member that loses the GPU while Ready is marked Preempted at once (proxies stop sending
+it requests) but keeps its replica while any proxy reports in-flight requests for it (annotation
+``inflight.flexinfer.ai/<proxy>`` = RFC 3339 time of the proxy's last refresh, ignored once older than
+``busy_ttl``), at most until ``preemptedAt + drain_timeout``. docs/operations/rbac.md has the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Final
+
+from flexinfer.api.conventions import INFLIGHT_PREFIX
+from flexinfer.api.gpulease import GPULease
+from flexinfer.api.model import ActivationStatus, Model, Phase, SharedGroupStatus
+from flexinfer.core import phases
+from flexinfer.core.election import (
+    LEASE_PREFIX,
+    ElectionPolicy,
+    Member,
+    MemberDecision,
+    group_cooldown,
+    waiting_since_of,
+)
+from flexinfer.core.lifecycle_clock import Activation
+from flexinfer.core.model_status.build import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
+from flexinfer.core.replicas import ReplicaContext, desired_replicas, idle_timeout_seconds
+
+STAGE_OF_SUBSTAGE: Final[dict[str, str]] = {
+    "ImagePulling": "server_start", "Initializing": "server_start", "Compiling": "server_start",
+    "LoadingWeights": "staging", "HealthCheckPending": "health",
+}
+WAKE_MARGIN: Final = timedelta(milliseconds=100)
+
+
+@dataclass(frozen=True)
+class ManagerPolicy:
+    """The manager's timing knobs: election windows, swap drain timeout, staleness of proxy reports."""
+
+    election: ElectionPolicy = field(default_factory=ElectionPolicy)
+    drain_timeout: float = 60.0
+    busy_ttl: float = 30.0
+    log_poll_interval: float = 10.0
+    """While a model server runs but is not ready, its log is re-read this often (loading substage)."""
+
+
+@dataclass(frozen=True)
+class MemberInputs:
+    """One member's facts for this pass. ``decision``/``leader`` only for shared models."""
+
+    model: Model
+    deployment: DeploymentFacts | None
+    decision: MemberDecision | None = None
+    leader: Model | None = None
+    swap: tuple[str, datetime] | None = None
+    """(incumbent, decision time) when this model takes the GPU from a preempted incumbent."""
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    replicas: int
+    shared: SharedGroupStatus | None
+    preempt_now: bool = False
+    preempted_message: str = ""
+    draining_until: datetime | None = None
+
+
+def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> list[str]:
+    """Proxies reporting in-flight requests for the model, refreshed within ``ttl`` seconds."""
+    busy = []
+    for key, value in annotations.items():
+        if not key.startswith(INFLIGHT_PREFIX):
+            continue
+        try:
+            seen = datetime.fromisoformat(value.strip())
+        except ValueError:
+            continue
+        if seen.tzinfo is not None and (now - seen).total_seconds() < ttl:
+            busy.append(key[len(INFLIGHT_PREFIX):])
+    return sorted(busy)
+
+
+def _preempted_message(decision: MemberDecision, leader: Model | None) -> str:
+    if decision.preempted_by.startswith(LEASE_PREFIX):
+        return f"Preempted by GPU lease {decision.preempted_by[len(LEASE_PREFIX):]}"
+    if leader is not None:
+        return f"Preempted by {leader.name} with priority {leader.priority}"
+    return f"Preempted by {decision.preempted_by}" if decision.preempted_by else "Preempted"
+
+
+def shared_status(model: Model, decision: MemberDecision, now: datetime) -> SharedGroupStatus:
+    """``status.sharedGroup`` after the election; ``preemptedAt`` stamped when preempted in this pass."""
+    old = model.status.shared_group
+    preempted_at = now if decision.preempt_now else (old.preempted_at if old else None)
+    return SharedGroupStatus(group_name=model.group or "", state=decision.state,
+                             queue_position=decision.queue_position, preempted_by=decision.preempted_by,
+                             preempted_at=preempted_at)
+
+
+def plan_member(inputs: MemberInputs, ctx: ReplicaContext, policy: ManagerPolicy) -> MemberPlan:
+    """Replicas to apply and the member's shared-group status (spec §3.2, §3.5 + the drain gate)."""
+    model, decision = inputs.model, inputs.decision
+    if decision is None or model.group is None:
+        return MemberPlan(desired_replicas(model, ctx), None)
+    shared = shared_status(model, decision, ctx.now)
+    scoped = model.model_copy(update={"status": model.status.model_copy(update={"shared_group": shared})})
+    plan = MemberPlan(desired_replicas(scoped, ctx), shared, decision.preempt_now,
+                      _preempted_message(decision, inputs.leader))
+    live = inputs.deployment
+    if (shared.state == "Preempted" and plan.replicas == 0 and inputs.busy and live is not None
+            and live.replicas > 0 and shared.preempted_at is not None):
+        until = shared.preempted_at + timedelta(seconds=policy.drain_timeout)
+        if ctx.now < until:
+            plan = replace(plan, replicas=live.replicas, draining_until=until)
+    return plan
+
+
+def swap_source(winner: Model, members: Iterable[tuple[str, SharedGroupStatus | None]]) -> tuple[str, datetime] | None:
+    """The incumbent preempted for ``winner`` since the winner's Ready condition last changed, if any."""
+    ready = phases.find_condition(winner.status.conditions, phases.COND_READY)
+    since = ready.last_transition_time if ready is not None else None
+    best: tuple[str, datetime] | None = None
+    for name, shared in members:
+        if shared is None or shared.preempted_by != winner.name or shared.preempted_at is None:
+            continue
+        if since is not None and since >= shared.preempted_at:
+            continue
+        if best is None or shared.preempted_at > best[1]:
+            best = (name, shared.preempted_at)
+    return best
+
+
+def next_activation(inputs: MemberInputs, replicas: int, phase: Phase, now: datetime) -> ActivationStatus | None:
+    """Open an activation when the model is scaled up from zero (or from a not-running phase), keep it
+    until Ready, drop it when scaled back to zero."""
+    model, current = inputs.model, inputs.model.status.activation
+    if replicas == 0 or phase in (phases.READY, phases.FAILED, phases.PREEMPTED):
+        return None
+    if current is not None:
+        return current
+    live = inputs.deployment
+    if not (live is None or live.replicas == 0 or model.status.phase in (None, "Idle", "Preempted")):
+        return None
+    kind, decided, preempted = ("swap", inputs.swap[1], inputs.swap[0]) if inputs.swap else ("cold_start", now, None)
+    last = model.status.last_active_time
+    demand = last if last is not None and last < decided else None
+    return ActivationStatus(kind=kind, decided_at=decided, demand_since=demand, preempted=preempted)
+
+
+def activation_clock(model: Model) -> Activation | None:
+    """A lifecycle clock rebuilt from the persisted ``status.activation`` (stage marks start empty)."""
+    act = model.status.activation
+    if act is None or act.decided_at is None:
+        return None
+    demand = act.demand_since.timestamp() if act.demand_since is not None else None
+    return Activation(model.name, act.decided_at.timestamp(), kind=act.kind, preempted=act.preempted,
+                      demand_since=demand)
+
+
+@dataclass(frozen=True)
+class FinishedMember:
+    """The status to write and the phase it carries."""
+
+    inputs: StatusInputs
+    phase: Phase
+
+
+def finish_member(inputs: MemberInputs, plan: MemberPlan, applied: DeploymentFacts | None,
+                  loading: LoadingDetail | None, now: datetime) -> FinishedMember:
+    """Status inputs from the Deployment as applied; a model Ready again clears its ``preemptedAt``."""
+    shared = plan.shared
+    phase = derive_phase(plan.replicas, applied, shared.state if shared else None)
+    if shared is not None and phase == phases.READY and shared.state == "Active":
+        shared = shared.model_copy(update={"preempted_at": None})
+    status = StatusInputs(phase=phase, now=now, loading=loading, shared=shared,
+                          activation=next_activation(inputs, plan.replicas, phase, now),
+                          preempted_message=plan.preempted_message)
+    return FinishedMember(status, phase)
+
+
+def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:
+    out: list[datetime] = []
+    last, shared = model.status.last_active_time, model.status.shared_group
+    if last is not None:
+        windows = [policy.election.demand_window, policy.election.recent_window, idle_timeout_seconds(model)]
+        windows.append(Member.from_model(model, default_cold_start_timeout=policy.election.default_cold_start_timeout)
+                       .cold_start_timeout)
+        out.extend(last + timedelta(seconds=w) for w in windows)
+    if shared is not None and shared.preempted_at is not None:
+        out.append(shared.preempted_at + timedelta(seconds=policy.drain_timeout))
+    waiting = waiting_since_of(model)
+    if waiting is not None and policy.election.max_wait is not None:
+        out.append(waiting + timedelta(seconds=policy.election.max_wait))
+    return out
+
+
+def next_wakeup(models: Sequence[Model], leases: Iterable[GPULease], now: datetime,
+                policy: ManagerPolicy) -> datetime | None:
+    """The earliest future instant at which an input of this group's decisions changes by time alone."""
+    instants = [t for m in models for t in _member_instants(m, policy)]
+    members = [Member.from_model(m) for m in models]
+    cooldown = group_cooldown(members, policy.election) if members else policy.election.swap_cooldown
+    instants += [m.preempted_at + timedelta(seconds=cooldown) for m in members if m.preempted_at is not None]
+    instants += [lease.spec.expires_at for lease in leases if lease.spec.expires_at is not None]
+    future = [t for t in instants if t > now]
+    return min(future) + WAKE_MARGIN if future else None

@@ -1,1 +1,0 @@
-"""The Kubernetes engine: kopf handlers, API client and status writer (``flexinfer manager``)."""

@@ -1,0 +1,149 @@
+"""The manager's writes to the API server, over a lightkube ``AsyncClient``; bodies are plain dicts.
+
+- ``apply``: server-side apply (field manager ``flexinfer``, force) of a rendered Deployment/Service, so
+  only the fields FlexInfer renders are owned (replicas included) and an unchanged apply is a no-op;
+- ``patch_model_status``: merge patch on ``models/status``;
+- ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
+- Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
+- ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
+  cache) when a preemption must know every in-flight report written before it;
+- ``pod_log_tail``: the newest lines of a loading model server's log (``pods/log``), empty when unreadable.
+
+Used by ``flexinfer.manager.reconciler``, ``flexinfer.manager.cleanup`` and ``flexinfer.manager.leader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import httpx2
+from lightkube import ApiError, AsyncClient
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event, Service
+from lightkube.types import PatchType
+
+from flexinfer.api.model import API_VERSION, KIND
+
+log = logging.getLogger("flexinfer.manager")
+Body = dict[str, Any]
+FIELD_MANAGER = "flexinfer"
+COMPONENT = "flexinfer-manager"
+ModelResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
+ModelDemandResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
+_KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease}
+
+
+def _plain(obj: Any) -> Body:
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+class KubeApi:
+    """Thin async wrapper returning plain dicts (see the module docstring)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.host = socket.gethostname()
+
+    async def apply(self, body: Body) -> Body:
+        """Server-side apply ``body`` (a Deployment or Service); returns the live object."""
+        meta = body["metadata"]
+        result = await self.client.patch(
+            _KINDS[body["kind"]], meta["name"], body, namespace=meta["namespace"],
+            patch_type=PatchType.APPLY, field_manager=FIELD_MANAGER, force=True)
+        return _plain(result)
+
+    async def patch_model_status(self, namespace: str, name: str, patch: Body) -> Body:
+        """Merge-patch ``status`` of a Model; returns the whole object as stored."""
+        result = await self.client.patch(
+            ModelResource.Status, name, {"status": patch}, namespace=namespace, patch_type=PatchType.MERGE,
+            field_manager=FIELD_MANAGER)
+        return _plain(result)
+
+    async def list_demands(self, namespace: str) -> list[Body] | None:
+        """Every ``ModelDemand`` in ``namespace``, listed without a resourceVersion (a quorum read);
+        ``None`` when the read fails (logged)."""
+        try:
+            return [_plain(item) async for item in self.client.list(ModelDemandResource, namespace=namespace)]
+        except (ApiError, httpx2.HTTPError, OSError) as error:
+            log.warning("cannot list the proxy reports in %s: %s", namespace, error)
+            return None
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete an object; ``False`` when it was already gone."""
+        try:
+            await self.client.delete(_KINDS[kind], name, namespace=namespace)
+        except ApiError as error:
+            if error.status.code == 404:
+                return False
+            raise
+        return True
+
+    async def create_job(self, body: Body) -> bool:
+        """Create a Job; ``False`` when one of that name already exists."""
+        try:
+            await self.client.create(cast(Job, Job.from_dict(body)), field_manager=FIELD_MANAGER)
+        except ApiError as error:
+            if error.status.code == 409:
+                return False
+            raise
+        return True
+
+    async def post_event(self, model: Body, type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on a Model (or the object ``model`` is: its apiVersion/kind are used when given);
+        failures are logged, never raised."""
+        meta = model.get("metadata") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": model.get("apiVersion") or API_VERSION, "kind": model.get("kind") or KIND,
+                               "name": meta.get("name"),
+                               "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": COMPONENT, "host": self.host},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1, "reportingComponent": COMPONENT,
+        }
+        try:
+            await self.client.create(cast(Event, Event.from_dict(event)))
+        except (ApiError, OSError) as error:
+            log.warning("cannot record event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
+
+    async def get_lease(self, namespace: str, name: str) -> Body | None:
+        try:
+            return _plain(await self.client.get(Lease, name, namespace=namespace))
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+
+    async def create_lease(self, body: Body) -> Body:
+        return _plain(await self.client.create(cast(Lease, Lease.from_dict(body))))
+
+    async def replace_lease(self, body: Body) -> Body:
+        """Replace a Lease; raises ``ApiError`` 409 when ``metadata.resourceVersion`` is stale."""
+        return _plain(await self.client.replace(cast(Lease, Lease.from_dict(body))))
+
+    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int,
+                           timeout: float = 3.0) -> Sequence[str]:
+        """The newest ``lines`` lines of ``container``'s log; empty when the log cannot be read within
+        ``timeout`` (pod not on a node yet, kubelet slow or unreachable, no ``pods/log`` permission): the
+        substage then stays as the container state says, and the reconcile is never held up for long."""
+        try:
+            async with asyncio.timeout(timeout):
+                return [line async for line in self.client.log(pod, namespace=namespace, container=container,
+                                                                tail_lines=lines, newlines=False)]
+        except (ApiError, httpx2.HTTPError, OSError, TimeoutError) as error:
+            log.debug("cannot read the log of %s/%s (%s): %s", namespace, pod, container, error)
+            return []
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -1,0 +1,93 @@
+"""The manager's settings: flags over environment variables over defaults (spec §7).
+
+``METRICS_BIND_ADDRESS`` (``:8080``), ``HEALTH_PROBE_BIND_ADDRESS`` (``:8081``), ``LEADER_ELECT``
+(false), ``POD_NAMESPACE`` (the Lease's namespace; ``default``), ``POD_NAME`` (the leader identity;
+hostname + a random suffix when unset), ``FLEXINFER_SWAP_DRAIN_TIMEOUT`` (``60s``: how long a preempted
+model may keep serving reported in-flight requests), ``FLEXINFER_MANAGER_WORKERS`` (4 concurrent
+reconciles of different units). An unparsable value of these is a ``ConfigError`` naming the variable.
+Controller defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``, images) come from
+``flexinfer.core.controller_defaults``: unparsable ones keep the Go fallback and are logged as warnings.
+Built by ``flexinfer.assembly.run_manager``.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from flexinfer import settings
+from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
+from flexinfer.core.model_status.plan import ManagerPolicy
+from flexinfer.manager.http import parse_bind_address
+
+DEFAULT_METRICS = ":8080"
+DEFAULT_HEALTH = ":8081"
+DEFAULT_DRAIN_TIMEOUT_S = 60.0
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("METRICS_BIND_ADDRESS", DEFAULT_METRICS, "Address of `/metrics` (`--metrics-bind-address` wins).",
+           Kind.ADDRESS),
+    EnvVar("HEALTH_PROBE_BIND_ADDRESS", DEFAULT_HEALTH,
+           "Address of `/healthz` and `/readyz` (`--health-probe-bind-address` wins).", Kind.ADDRESS),
+    EnvVar("LEADER_ELECT", "false", "Lease-based leader election, so only one replica acts (`--leader-elect`).",
+           Kind.BOOL),
+    EnvVar("POD_NAMESPACE", "default", "Namespace of the leader-election Lease `flexinfer-manager`."),
+    EnvVar("POD_NAME", "hostname + random suffix", "This replica's identity in the Lease."),
+    EnvVar("KUBECONFIG", "in-cluster service account", "Kubeconfig file (`--kubeconfig` wins)."),
+    EnvVar("FLEXINFER_SWAP_DRAIN_TIMEOUT", "60s",
+           "How long a preempted model keeps serving requests that proxies report in flight.", Kind.DURATION),
+    EnvVar("FLEXINFER_MANAGER_WORKERS", "4", "Concurrent reconciles of different models/groups.", Kind.INT),
+)
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    """Everything ``flexinfer manager`` is configured with."""
+
+    metrics_bind_address: str = DEFAULT_METRICS
+    health_probe_bind_address: str = DEFAULT_HEALTH
+    leader_elect: bool = False
+    pod_namespace: str = "default"
+    identity: str = ""
+    kubeconfig: str | None = None
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty = the whole cluster."""
+    workers: int = 4
+    policy: ManagerPolicy = field(default_factory=ManagerPolicy)
+    defaults: ControllerDefaults = field(default_factory=ControllerDefaults)
+    lease_duration: int = 15
+    renew_every: float = 5.0
+
+
+def _bind_address(read: EnvReader, flag_value: str | None, name: str, flag: str, default: str) -> str:
+    """The flag's value, else the variable's, else ``default``; ``ConfigError`` names where a bad one came from."""
+    if flag_value:
+        parse_bind_address(flag_value, flag)
+        return flag_value
+    value = read.text(name, default)
+    parse_bind_address(value, f"{name} ({flag})")
+    return value
+
+
+def manager_config(env: Mapping[str, str], *, metrics_bind_address: str | None = None,
+                   health_probe_bind_address: str | None = None, leader_elect: bool | None = None,
+                   kubeconfig: str | None = None, namespaces: Sequence[str] = ()) -> ManagerConfig:
+    """Resolve flags (``None`` = not given) over ``env``; ``ConfigError`` names a bad value."""
+    read = EnvReader(env)
+    metrics = _bind_address(read, metrics_bind_address, "METRICS_BIND_ADDRESS", "--metrics-bind-address",
+                            DEFAULT_METRICS)
+    health = _bind_address(read, health_probe_bind_address, "HEALTH_PROBE_BIND_ADDRESS",
+                           "--health-probe-bind-address", DEFAULT_HEALTH)
+    elect = leader_elect if leader_elect is not None else read.flag("LEADER_ELECT", False)
+    identity = read.text("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return ManagerConfig(
+        metrics_bind_address=metrics, health_probe_bind_address=health, leader_elect=elect,
+        pod_namespace=read.text("POD_NAMESPACE", "default"), identity=identity,
+        kubeconfig=kubeconfig, namespaces=tuple(namespaces),
+        workers=read.integer("FLEXINFER_MANAGER_WORKERS", 4, minimum=1),
+        policy=ManagerPolicy(drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S)),
+        defaults=controller_defaults(env, warn=settings.warn),
+    )

@@ -1,0 +1,301 @@
+"""The manager's in-memory view of the cluster: the latest body of every watched object.
+
+Includes the proxies' ``ModelDemand`` reports: a changed report affects the units of the Models it names.
+
+Fed by the kopf event handlers (``flexinfer.manager.operator``) and by the reconciler's own write responses
+(so a reconcile right after a write never acts on the older body); bodies carrying an older
+``resourceVersion`` than the stored one are ignored. Each update returns the reconcile ``Unit``s it
+affects. Reconciles read only from here: no API read per reconcile. Models and ModelCaches are parsed with
+``parse_stored``: a quantity or duration stored before the CRD's pattern existed is ignored (and listed in
+``ignored`` for the reconciler to report) instead of discarding the whole object.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from flexinfer.api.conventions import MODEL_LABEL
+from flexinfer.api.errors import FieldProblem, InvalidResourceError
+from flexinfer.api.gpulease import GPULease
+from flexinfer.api.loading import parse_stored
+from flexinfer.api.model import Model
+from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.modeldemand import ModelDemand
+from flexinfer.core.flashloader_settings import cache_matches_model
+
+Body = dict[str, Any]
+Key = tuple[str, str]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, order=True)
+class Unit:
+    """What one reconcile covers: a whole shared group (``group`` set) or one exclusive model."""
+
+    namespace: str
+    name: str
+    group: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{'group:' if self.group else ''}{self.name}"
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A Model body validated once per resourceVersion: the typed Model or the validation error, and the
+    fields ignored because their stored value cannot be parsed."""
+
+    body: Body
+    model: Model | None
+    error: InvalidResourceError | None
+    ignored: tuple[FieldProblem, ...] = ()
+
+
+def key_of(body: Body) -> Key:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def _rv(body: Body | None) -> int | None:
+    text = str(((body or {}).get("metadata") or {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else None
+
+
+def _group_of(body: Body) -> str | None:
+    gpu = (body.get("spec") or {}).get("gpu") or {}
+    shared = gpu.get("shared")
+    return str(shared) if shared else None
+
+
+def unit_of(body: Body) -> Unit:
+    namespace, name = key_of(body)
+    group = _group_of(body)
+    return Unit(namespace, group, True) if group else Unit(namespace, name)
+
+
+def _parse(body: Body) -> Parsed:
+    try:
+        stored = parse_stored(body)
+    except InvalidResourceError as error:
+        return Parsed(body, None, error)
+    model = stored.resource if isinstance(stored.resource, Model) else None
+    return Parsed(body, model, None, stored.ignored)
+
+
+class Store:
+    """Latest bodies of Models, Deployments, Pods, ModelCaches, GPULeases and ModelDemands (see the module
+    docstring)."""
+
+    def __init__(self) -> None:
+        self._models: dict[Key, Parsed] = {}
+        self._groups: dict[Key, set[str]] = defaultdict(set)
+        self._deployments: dict[Key, Body] = {}
+        self._services: dict[Key, Body] = {}
+        self._pods: dict[Key, dict[str, Body]] = defaultdict(dict)
+        self._caches: dict[Key, Body] = {}
+        self._leases: dict[Key, Body] = {}
+        self._demands: dict[Key, ModelDemand] = {}
+
+    # ---------------------------------------------------------------- updates
+
+    def put(self, kind: str, body: Body) -> list[Unit]:
+        """Store a newer body (without ``managedFields``); returns the units to reconcile."""
+        return getattr(self, f"_put_{kind.lower()}")(_slim(body))  # type: ignore[no-any-return]
+
+    def remove(self, kind: str, body: Body) -> list[Unit]:
+        """Forget a deleted object; returns the units to reconcile."""
+        return getattr(self, f"_remove_{kind.lower()}")(body)  # type: ignore[no-any-return]
+
+    def _put_model(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        old = self._models.get(key)
+        if old is not None and (_rv(body) or 0) < (_rv(old.body) or 0):
+            return []
+        units = self._unindex(key)
+        self._models[key] = _parse(body)
+        group = _group_of(body)
+        if group:
+            self._groups[(key[0], group)].add(key[1])
+        return sorted({*units, unit_of(body)})
+
+    def _unindex(self, key: Key) -> list[Unit]:
+        old = self._models.get(key)
+        if old is None:
+            return []
+        group = _group_of(old.body)
+        if group:
+            self._groups[(key[0], group)].discard(key[1])
+        return [unit_of(old.body)]
+
+    def _remove_model(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        units = self._unindex(key)
+        self._models.pop(key, None)
+        return units if units and units[0].group else []
+
+    def _model_units(self, namespace: str, name: str | None) -> list[Unit]:
+        parsed = self._models.get((namespace, name or ""))
+        return [unit_of(parsed.body)] if parsed is not None else []
+
+    def _put_deployment(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        if (_rv(body) or 0) < (_rv(self._deployments.get(key)) or 0):
+            return []
+        self._deployments[key] = body
+        return self._model_units(key[0], key[1])
+
+    def _remove_deployment(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        self._deployments.pop(key, None)
+        return self._model_units(*key)
+
+    def _put_service(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        if (_rv(body) or 0) < (_rv(self._services.get(key)) or 0):
+            return []
+        self._services[key] = body
+        return self._model_units(*key)
+
+    def _remove_service(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        self._services.pop(key, None)
+        return self._model_units(*key)
+
+    def _put_pod(self, body: Body) -> list[Unit]:
+        namespace, name = key_of(body)
+        model = ((body.get("metadata") or {}).get("labels") or {}).get(MODEL_LABEL)
+        if not model:
+            return []
+        self._pods[(namespace, model)][name] = body
+        return self._model_units(namespace, model)
+
+    def _remove_pod(self, body: Body) -> list[Unit]:
+        namespace, name = key_of(body)
+        model = ((body.get("metadata") or {}).get("labels") or {}).get(MODEL_LABEL)
+        self._pods.get((namespace, model or ""), {}).pop(name, None)
+        return self._model_units(namespace, model)
+
+    def _put_modelcache(self, body: Body) -> list[Unit]:
+        self._caches[key_of(body)] = body
+        return self._cache_units(body)
+
+    def _remove_modelcache(self, body: Body) -> list[Unit]:
+        self._caches.pop(key_of(body), None)
+        return self._cache_units(body)
+
+    def _cache_units(self, body: Body) -> list[Unit]:
+        cache = _typed(body, ModelCache)
+        if cache is None:
+            return []
+        return sorted({unit_of(p.body) for p in self._models.values()
+                       if p.model is not None and p.model.namespace == cache.namespace
+                       and cache_matches_model(cache, p.model)})
+
+    def _put_gpulease(self, body: Body) -> list[Unit]:
+        self._leases[key_of(body)] = body
+        group = str((body.get("spec") or {}).get("group") or "")
+        return [Unit(key_of(body)[0], group, True)] if group else []
+
+    def _remove_gpulease(self, body: Body) -> list[Unit]:
+        self._leases.pop(key_of(body), None)
+        group = str((body.get("spec") or {}).get("group") or "")
+        return [Unit(key_of(body)[0], group, True)] if group else []
+
+    def _put_modeldemand(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        old = self._demands.pop(key, None)
+        new = _typed(body, ModelDemand)
+        if new is not None:
+            self._demands[key] = new
+        return self._demand_units(key[0], old, new)
+
+    def _remove_modeldemand(self, body: Body) -> list[Unit]:
+        key = key_of(body)
+        return self._demand_units(key[0], self._demands.pop(key, None), None)
+
+    def _demand_units(self, namespace: str, old: ModelDemand | None, new: ModelDemand | None) -> list[Unit]:
+        """Units of the Models whose report changed between ``old`` and ``new``."""
+        before = old.spec.models if old is not None else {}
+        after = new.spec.models if new is not None else {}
+        renewed = old is None or new is None or old.spec.renew_time != new.spec.renew_time
+        live = {n for n, r in (*before.items(), *after.items()) if r.waiting_since or r.in_flight_at}
+        names = {n for n in {*before, *after} if before.get(n) != after.get(n) or (renewed and n in live)}
+        return sorted({u for n in names for u in self._model_units(namespace, n)})
+
+    # ---------------------------------------------------------------- reads
+
+    def demands(self, namespace: str) -> list[ModelDemand]:
+        """The proxies' ``ModelDemand`` reports in ``namespace``."""
+        return [d for k, d in self._demands.items() if k[0] == namespace]
+
+    def unit_models(self, unit: Unit) -> list[Parsed]:
+        """The Models of a unit (a group's members by name), deleted-but-finalizing ones included."""
+        names = sorted(self._groups.get((unit.namespace, unit.name), ())) if unit.group else [unit.name]
+        found = (self._models.get((unit.namespace, n)) for n in names)
+        return [p for p in found if p is not None and (unit.group or _group_of(p.body) is None)]
+
+    def model(self, namespace: str, name: str) -> Parsed | None:
+        return self._models.get((namespace, name))
+
+    def deployment(self, namespace: str, name: str) -> Body | None:
+        return self._deployments.get((namespace, name))
+
+    def service(self, namespace: str, name: str) -> Body | None:
+        return self._services.get((namespace, name))
+
+    def live(self, kind: str, namespace: str, name: str) -> Body | None:
+        """The stored Deployment or Service of that name."""
+        table = self._deployments if kind == "Deployment" else self._services
+        return table.get((namespace, name))
+
+    def pods(self, namespace: str, model: str) -> Iterable[Body]:
+        return list(self._pods.get((namespace, model), {}).values())
+
+    def caches(self, namespace: str) -> list[ModelCache]:
+        return [c for c in (_typed(b, ModelCache) for k, b in self._caches.items() if k[0] == namespace)
+                if c is not None]
+
+    def cache_problems(self, namespace: str) -> list[tuple[Body, ModelCache, tuple[FieldProblem, ...]]]:
+        """The ModelCaches of ``namespace`` that had fields ignored: (body, typed cache, ignored fields)."""
+        found = []
+        for key, body in self._caches.items():
+            if key[0] != namespace:
+                continue
+            try:
+                stored = parse_stored(body)
+            except InvalidResourceError:
+                continue
+            if stored.ignored and isinstance(stored.resource, ModelCache):
+                found.append((body, stored.resource, stored.ignored))
+        return found
+
+    def leases(self, namespace: str) -> list[GPULease]:
+        return [x for x in (_typed(b, GPULease) for k, b in self._leases.items() if k[0] == namespace)
+                if x is not None]
+
+    def units(self) -> list[Unit]:
+        """Every unit with at least one Model."""
+        return sorted({unit_of(p.body) for p in self._models.values()})
+
+    def model_count(self) -> int:
+        return len(self._models)
+
+
+def _slim(body: Body) -> Body:
+    """The body without ``metadata.managedFields`` (large, never read)."""
+    meta = body.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def _typed(body: Body, cls: type[T]) -> T | None:
+    """The object as ``cls`` (unparsable quantities/durations ignored), or ``None`` when it is invalid."""
+    try:
+        resource = parse_stored(body).resource
+    except InvalidResourceError:
+        return None
+    return resource if isinstance(resource, cls) else None

@@ -1,0 +1,103 @@
+"""Name resolution of the in-cluster catalog: names, keys, served model names, aliases, parking, phases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flexinfer.api.model import Model
+from flexinfer.cluster_proxy.catalog import WatchCatalog, backend_model_name
+from flexinfer.cluster_proxy.model_watch import ModelStore
+from flexinfer.core.errors import AmbiguousModelError
+from support.fake_model_api import model_body
+
+
+def model(name: str, namespace: str = "default", created: str | None = None, **spec: Any) -> Model:
+    doc = model_body(name, namespace, **spec)
+    if created:
+        doc["metadata"]["creationTimestamp"] = created
+    return Model.model_validate(doc)
+
+
+def catalog(*models: Model) -> tuple[WatchCatalog, ModelStore]:
+    store = ModelStore()
+    store.replace_all(models)
+    return WatchCatalog(store), store
+
+
+def resolved(cat: WatchCatalog, name: str) -> str | None:
+    found = cat.resolve(name)
+    return None if found is None else f"{found.namespace}/{found.name}"
+
+
+def test_resolves_name_key_served_model_name_and_aliases() -> None:
+    cat, _ = catalog(model("qwen", litellm={"servedModelName": "qwen-chat", "aliases": ["gpt-4o", "q"]}))
+    for name in ("qwen", "default/qwen", "qwen-chat", "gpt-4o", "q"):
+        assert resolved(cat, name) == "default/qwen"
+    assert cat.resolve("nope") is None
+
+
+def test_own_name_beats_another_models_alias_and_the_oldest_alias_claimant_wins() -> None:
+    cat, _ = catalog(
+        model("young", created="2025-02-01T00:00:00Z", litellm={"aliases": ["shared", "old"]}),
+        model("old", created="2025-01-01T00:00:00Z", litellm={"aliases": ["shared"]}),
+    )
+    assert resolved(cat, "old") == "default/old"
+    assert resolved(cat, "shared") == "default/old"
+
+
+def test_a_name_used_in_two_namespaces_is_ambiguous_and_each_key_resolves() -> None:
+    cat, store = catalog(model("m", "a"), model("m", "b", litellm={"aliases": ["m-b"]}), model("solo", "b"),
+                         model("other", "c", litellm={"aliases": ["m"]}))
+    with pytest.raises(AmbiguousModelError) as ambiguous:
+        cat.resolve("m")
+    assert ambiguous.value.status == 409 and ambiguous.value.code == "model_ambiguous"
+    assert ambiguous.value.candidates == ("a/m", "b/m") and "'a/m', 'b/m'" in str(ambiguous.value)
+    assert resolved(cat, "a/m") == "a/m" and resolved(cat, "b/m") == "b/m"
+    assert resolved(cat, "m-b") == "b/m"
+    assert resolved(cat, "solo") == "b/solo"
+    assert cat.resolve("a/solo") is None
+    store.delete("a/m")
+    assert resolved(cat, "m") == "b/m"
+
+
+def test_parked_models_resolve_as_parked_and_phase_comes_from_status() -> None:
+    parked = model("p", litellm={"enabled": False})
+    live = Model.model_validate({**model_body("live"), "status": {"phase": "Ready", "endpoint": "http://x:8000"}})
+    cat, _ = catalog(parked, live, model("fresh"))
+    views = {v.name: v for v in cat.models()}
+    assert views["p"].parked and not views["live"].parked
+    assert views["live"].phase == "Ready" and views["live"].metadata["ready"] is True
+    assert views["fresh"].phase == "Idle"
+
+
+def test_index_follows_store_changes() -> None:
+    cat, store = catalog(model("a", litellm={"aliases": ["x"]}))
+    assert resolved(cat, "x") == "default/a"
+    store.delete("default/a")
+    assert cat.resolve("x") is None and cat.resolve("a") is None
+    store.upsert(model("b", litellm={"aliases": ["x"]}))
+    assert resolved(cat, "x") == "default/b"
+
+
+@pytest.mark.parametrize(("source", "config", "expected"), [
+    ("HF://org/llama", {}, "org/llama"),
+    ("ollama://qwen3:8b", {}, "qwen3:8b"),
+    ("file:///models/m.gguf", {}, "/models/m.gguf"),
+    ("pvc://weights/sub/dir", {}, "/sub/dir"),
+    ("HF://org/llama", {"servedModelName": "llama"}, "llama"),
+])
+def test_backend_model_name_follows_the_source_unless_configured(source: str, config: dict[str, str],
+                                                                  expected: str) -> None:
+    spec: dict[str, Any] = {"source": source, "config": config}
+    if source.startswith("pvc://"):
+        spec["backend"] = "llamacpp"
+    assert backend_model_name(model("m", **spec)) == expected
+    assert WatchCatalog(_store_with(model("m", **spec))).resolve("m").served_model_name == expected  # type: ignore[union-attr]
+
+
+def _store_with(*models: Model) -> ModelStore:
+    store = ModelStore()
+    store.replace_all(models)
+    return store

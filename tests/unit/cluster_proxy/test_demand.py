@@ -1,0 +1,282 @@
+"""Demand signalling (lastActiveTime in the replica's ModelDemand: one write per activation, retries, 1 m
+keep-alive throttle) and the
+KubeEngine's watch-driven readiness (Ready, endpoint override, Failed, stalled, deleted, cold-start budget)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
+from flexinfer.api.model import Model
+from flexinfer.cluster_proxy.demand import DemandSignal, KubeEngine, rfc3339
+from flexinfer.cluster_proxy.demand_report import DemandReport
+from flexinfer.cluster_proxy.model_api import KubeApiError
+from flexinfer.cluster_proxy.model_watch import ModelStore, ModelWatcher
+from flexinfer.core.errors import EngineError
+from flexinfer.runtime.ports import Endpoint
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
+
+T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    """Wall clock and monotonic clock moved together by tests."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> datetime:
+        return T0 + timedelta(seconds=self.offset)
+
+    def mono(self) -> float:
+        return self.offset
+
+
+class Cluster:
+    """A fake API, a synced store fed by a real ModelWatcher, and the demand/engine under test."""
+
+    def __init__(self, api: FakeModelApi, store: ModelStore, clock: Clock) -> None:
+        self.api, self.store, self.clock = api, store, clock
+        self.report = DemandReport(api, "proxy-a", now=clock.now, clock=clock.mono)
+        self.demand = DemandSignal(self.report, store, now=clock.now, clock=clock.mono, retry_delay=0.0)
+
+    def engine(self, override: bool = False, now: Callable[[], datetime] | None = None) -> KubeEngine:
+        return KubeEngine(self.store, self.demand, endpoint_override=override, cold_start_timeout=5.0,
+                          now=now or self.clock.now)
+
+    def model(self, name: str = "m") -> Model:
+        found = self.store.get(f"default/{name}")
+        assert found is not None
+        return found
+
+    async def seen(self, predicate: Callable[[ModelStore], bool]) -> None:
+        await eventually(lambda: predicate(self.store))
+
+
+@contextlib.asynccontextmanager
+async def cluster(*docs: dict[str, Any]) -> AsyncIterator[Cluster]:
+    api, store = FakeModelApi(), ModelStore()
+    for doc in docs:
+        await api.put(doc)
+    task = asyncio.create_task(ModelWatcher(api, store, "default").run())
+    await asyncio.wait_for(store.synced.wait(), 5)
+    try:
+        yield Cluster(api, store, Clock())
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def no_report(stage: str) -> None:
+    return None
+
+
+async def test_signal_writes_last_active_time_into_the_replicas_report_never_the_model() -> None:
+    async with cluster(model_body("m", phase="Idle")) as c:
+        before = dict(c.api.objects)
+        await c.demand.signal(c.model())
+        assert c.api.demand_writes == [("default", "m", rfc3339(T0))]
+        assert c.api.report("m") == {"proxy-a": {"lastActiveTime": rfc3339(T0)}}
+        assert c.api.demands["default/proxy-a"]["metadata"]["labels"] == {"flexinfer.ai/proxy": "proxy-a"}
+        assert c.api.objects == before
+        assert rfc3339(T0) == "2025-06-01T12:00:00.000000Z"
+
+
+async def test_a_burst_of_signals_shares_one_patch() -> None:
+    async with cluster(model_body("m", phase="Idle")) as c:
+        c.api.patch_gate = asyncio.Event()
+        burst = [asyncio.create_task(c.demand.signal(c.model())) for _ in range(20)]
+        # the write starts after every signal has joined it (tasks run in creation order)
+        await eventually(lambda: c.api.held_patches == 1)
+        c.api.patch_gate.set()
+        await asyncio.gather(*burst)
+        assert len(c.api.demand_writes) == 1 and c.demand.patches == 1
+
+
+async def test_conflicts_are_retried() -> None:
+    async with cluster(model_body("m")) as c:
+        c.api.patch_failures = [KubeApiError("conflict", 409), KubeApiError("unavailable", 503)]
+        await c.demand.signal(c.model())
+        assert len(c.api.demand_writes) == 1
+
+
+async def test_persistent_failure_is_an_engine_error_unless_demand_is_fresh() -> None:
+    async with cluster(model_body("m")) as c:
+        c.api.patch_failures = [KubeApiError("conflict", 409)] * 3
+        with pytest.raises(EngineError, match="cannot signal demand"):
+            await c.demand.signal(c.model())
+        await c.demand.signal(c.model())  # delivered at T0
+        c.clock.offset = 10
+        c.api.patch_failures = [KubeApiError("conflict", 409)] * 3
+        await c.demand.signal(c.model())  # fails, but our demand of 10 s ago still stands
+        c.clock.offset = 40
+        c.api.patch_failures = [KubeApiError("conflict", 409)] * 3
+        with pytest.raises(EngineError, match="cannot signal demand"):
+            await c.demand.signal(c.model())
+
+
+async def test_forbidden_is_not_retried() -> None:
+    async with cluster(model_body("m")) as c:
+        c.api.patch_failures = [KubeApiError("forbidden", 403), KubeApiError("never reached", 409)]
+        with pytest.raises(EngineError, match="forbidden"):
+            await c.demand.signal(c.model())
+        assert len(c.api.patch_failures) == 1
+
+
+async def test_a_write_in_its_retry_wait_ends_with_the_signal_and_retries_no_more() -> None:
+    """A cancelled waiter leaves the shared write to the others that joined it; closing the signal ends it."""
+    async with cluster(model_body("m")) as c:
+        demand = DemandSignal(c.report, c.store, now=c.clock.now, clock=c.clock.mono, retry_delay=60.0)
+        c.api.patch_failures = [KubeApiError("conflict", 409), KubeApiError("never reached", 409)]
+        task = asyncio.create_task(demand.signal(c.model()))
+        await eventually(lambda: len(c.api.patch_failures) == 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await demand.aclose()
+        assert len(c.api.patch_failures) == 1 and demand.patches == 0
+
+
+async def test_keep_alive_patches_at_most_once_a_minute() -> None:
+    async with cluster(model_body("m", phase="Ready")) as c:
+        for _ in range(5):
+            c.demand.keep_alive(c.model())
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        c.clock.offset = 30
+        c.demand.keep_alive(c.model())
+        c.clock.offset = 61
+        c.demand.keep_alive(c.model())
+        await c.seen(lambda _: len(c.api.demand_writes) == 2)
+        await eventually(lambda: not c.demand._background)  # every keep-alive started has finished
+        assert len(c.api.demand_writes) == 2
+
+
+async def test_keep_alive_skips_when_this_replica_signalled_recently() -> None:
+    async with cluster(model_body("m", phase="Ready")) as c:
+        await c.demand.signal(c.model())
+        c.clock.offset = 20
+        c.demand.keep_alive(c.model())
+        assert not c.demand._background  # the throttle decides at once: no write was started
+        assert len(c.api.demand_writes) == 1
+
+
+async def test_start_signals_demand_then_returns_when_the_watch_reports_ready() -> None:
+    async with cluster(model_body("m", phase="Idle")) as c:
+        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        await c.api.set_status("m", {"phase": "Loading"})
+        await c.api.set_status("m", {"phase": "Ready"})  # Ready without an endpoint is not enough
+        await c.seen(lambda _: c.model().status.phase == "Ready")  # the store ran the engine's check on it
+        assert not start.done()
+        await c.api.set_status("m", {"endpoint": "http://m.default.svc:8000"})
+        assert await asyncio.wait_for(start, 2) == Endpoint("http://m.default.svc:8000")
+
+
+async def test_endpoint_override_is_used_only_when_enabled() -> None:
+    doc = model_body("m", phase="Ready", annotations={ENDPOINT_OVERRIDE_ANNOTATION: "http://127.0.0.1:9"})
+    doc["status"]["endpoint"] = "http://m.default.svc:8000"
+    async with cluster(doc) as c:
+        assert await c.engine(override=False).start(c.model(), no_report) == Endpoint("http://m.default.svc:8000")
+        assert await c.engine(override=True).start(c.model(), no_report) == Endpoint("http://127.0.0.1:9")
+
+
+async def test_failed_is_an_engine_error_with_the_status_message() -> None:
+    async with cluster(model_body("m", phase="Pending")) as c:
+        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        await c.api.set_status("m", {"phase": "Failed", "message": "image pull back-off"})
+        with pytest.raises(EngineError, match="image pull back-off"):
+            await asyncio.wait_for(start, 2)
+
+
+async def test_a_stalled_load_fails_when_its_deadline_passes() -> None:
+    base = time.monotonic()
+
+    def moving_now() -> datetime:
+        return T0 + timedelta(seconds=time.monotonic() - base)
+
+    doc = model_body("m", phase="Loading")
+    doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.9)),
+                         message="shard 3/8")
+    async with cluster(doc) as c:
+        started = time.monotonic()
+        with pytest.raises(EngineError, match=r"stalled.*shard 3/8"):
+            await c.engine(now=moving_now).start(c.model(), no_report)
+        assert time.monotonic() - started < 2
+
+
+async def test_progress_moves_the_stall_deadline() -> None:
+    """The test's clock moves only when told to, so however slow the machine, the first deadline is still
+    ahead when the progress stamp arrives; the engine's timer for that old deadline then fires into a model
+    whose new deadline is far away (seen as the engine reading the moved clock: once when the timer fires, once
+    when it re-arms for the new deadline)."""
+    doc = model_body("m", phase="Loading")
+    doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.9)))
+    async with cluster(doc) as c:
+        readings: list[datetime] = []
+
+        def watched_now() -> datetime:
+            readings.append(c.clock.now())
+            return readings[-1]
+
+        start = asyncio.create_task(c.engine(now=watched_now).start(c.model(), no_report))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        await c.api.set_status("m", {"loadingProgressAt": rfc3339(T0 + timedelta(seconds=1))})
+        await c.seen(lambda _: c.model().status.loading_progress_at == T0 + timedelta(seconds=1))
+        c.clock.offset = 5.0  # past the first deadline (T0 + 0.1 s), far before the new one (T0 + 121 s)
+        moved = T0 + timedelta(seconds=5)
+        await eventually(lambda: sum(reading >= moved for reading in readings) >= 2)
+        assert not start.done()
+        await c.api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+        assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")
+
+
+async def test_deleted_while_waiting_and_cold_start_budget_are_engine_errors() -> None:
+    async with cluster(model_body("m", phase="Idle"), model_body("slow", phase="Idle",
+                                                                 serverless={"coldStartTimeout": "200ms"})) as c:
+        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        await c.api.remove("m")
+        with pytest.raises(EngineError, match="deleted"):
+            await asyncio.wait_for(start, 2)
+        with pytest.raises(EngineError, match="not Ready within"):
+            await asyncio.wait_for(c.engine().start(c.model("slow"), no_report), 2)
+
+
+async def test_a_model_held_behind_a_warm_primary_fails_fast() -> None:
+    doc = model_body("m", phase="Preempted")
+    doc["status"]["sharedGroup"] = {"groupName": "g", "state": "Queued", "preemptedBy": "primary/big"}
+    async with cluster(doc) as c:
+        with pytest.raises(EngineError, match="warm primary big"):
+            await asyncio.wait_for(c.engine().start(c.model(), no_report), 2)
+
+
+async def test_stop_does_nothing() -> None:
+    async with cluster(model_body("m", phase="Ready")) as c:
+        await c.engine().stop(c.model())
+        assert c.api.demand_writes == []
+
+
+async def test_each_new_loading_stage_the_manager_writes_is_reported_once() -> None:
+    async with cluster(model_body("m", phase="Idle")) as c:
+        reported: list[str] = []
+        start = asyncio.create_task(c.engine().start(c.model(), reported.append))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        for substage, message in (("ImagePulling", "pulling"), ("Initializing", "model running"),
+                                  ("LoadingWeights", "loading weights (1/4 shards)"),
+                                  ("LoadingWeights", "loading weights (2/4 shards)"),
+                                  ("HealthCheckPending", "server up")):
+            await c.api.set_status("m", {"phase": "Loading", "loadingSubstage": substage, "message": message,
+                                         "loadingProgressAt": rfc3339(T0)})
+        await c.api.set_status("m", {"phase": "Ready", "loadingSubstage": None, "endpoint": "http://m:8000"})
+        assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")
+        assert reported == ["server_start", "staging", "health"]

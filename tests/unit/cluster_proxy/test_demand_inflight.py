@@ -1,0 +1,207 @@
+"""In-flight reports (``inFlightAt`` in the replica's ModelDemand): written before the first request is
+forwarded, then confirmed by a fresh read of the Model (still Ready), not per request, re-stamped while
+busy, cleared at once when the model left Ready (a swap waits for it), lazily otherwise, and deleted on
+shutdown. A refused first report (the API server has the model no longer Ready while the watch cache still
+says Ready) is withdrawn and the request is not forwarded: it waits for the model to be activated again."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from flexinfer.api.conventions import INFLIGHT_PREFIX
+from flexinfer.api.model import Model
+from flexinfer.assembly import cluster_proxy as proxy_side
+from flexinfer.assembly.cluster_proxy import ClusterSide
+from flexinfer.cluster_proxy.demand_report import DemandReport, PodOwner
+from flexinfer.cluster_proxy.inflight_report import InflightReporter, proxy_identity
+from flexinfer.cluster_proxy.model_api import KubeApiError
+from flexinfer.core.errors import ColdStartTimeoutError
+from flexinfer.core.model_status.plan import busy_proxies
+from support.cluster_side import cluster_side
+from support.fake_model_api import FakeModelApi, model_body
+from support.polling import eventually
+from support.recording_engine import key
+
+KEY = INFLIGHT_PREFIX + "proxy-a"
+
+
+def report(api: FakeModelApi, name: str = "m") -> str | None:
+    return api.report(name).get("proxy-a", {}).get("inFlightAt")
+
+
+def demand_writes(api: FakeModelApi) -> int:
+    return len(api.field_writes("lastActiveTime"))
+
+
+async def ready_model(api: FakeModelApi, name: str = "m") -> None:
+    await api.put(model_body(name))
+    await api.set_status(name, {"phase": "Ready", "endpoint": f"http://{name}:8000"})
+
+
+async def test_the_first_grant_writes_the_report_before_returning_and_later_grants_do_not() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        first = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
+        stamp = report(api)
+        assert stamp is not None
+        assert busy_proxies({KEY: stamp}, datetime.fromisoformat(stamp), 30.0) == ["proxy-a"]
+        second = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
+        first.release()
+        second.release()
+        third = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
+        third.release()
+        assert len(api.field_writes("inFlightAt")) == 1 and api.get_calls == 1  # one write, one fresh read
+        assert report(api) == stamp  # still Ready: cleared lazily by the heartbeat, not per request
+
+
+async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
+    api = FakeModelApi()
+    await ready_model(api, "idle")
+    await ready_model(api, "busy")
+    async with cluster_side(api) as cluster:
+        reporter: InflightReporter = cluster.reporter
+        (await asyncio.wait_for(cluster.activator.acquire(key("idle"), 5), 2)).release()
+        held = await asyncio.wait_for(cluster.activator.acquire(key("busy"), 5), 2)
+        reporter._refresh = 0.0  # every heartbeat re-stamps
+        before = report(api, "busy")
+        beat = asyncio.create_task(cluster.activator.heartbeat(interval=0.01))
+        await eventually(lambda: report(api, "idle") is None and report(api, "busy") != before)
+        beat.cancel()
+        assert report(api, "busy") is not None
+        held.release()
+
+
+async def test_a_model_that_left_ready_is_cleared_when_its_last_request_ends() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        held = await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
+        await api.set_status("m", {"phase": "Preempted"})
+        await eventually(lambda: cluster.store.get("default/m").status.phase == "Preempted")  # type: ignore[union-attr]
+        assert report(api) is not None  # the manager sees the report and drains
+        held.release()
+        await eventually(lambda: report(api) is None)
+
+
+async def test_an_idle_model_that_left_ready_is_cleared_at_once() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
+        assert report(api) is not None  # lazily kept while Ready
+        await api.set_status("m", {"phase": "Preempted"})
+        await eventually(lambda: report(api) is None)
+
+
+async def test_shutdown_deletes_the_replicas_reports() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)
+        assert report(api) is not None and list(api.demands) == ["default/proxy-a"]
+    assert api.demands == {}
+
+
+async def test_a_failed_report_does_not_fail_the_request() -> None:
+    api = FakeModelApi()
+    api.patch_failures.append(KubeApiError("forbidden", 403))
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api)
+    assert await reporter.busy(Model.model_validate(model_body("m", phase="Ready")))  # logged, the request goes on
+    assert reporter.writes == 0 and api.writes == []
+
+
+async def test_the_report_lands_before_the_fresh_read_that_confirms_ready() -> None:
+    """The order the manager relies on: our report is stored before we read the Model's phase."""
+    api = FakeModelApi()
+    await ready_model(api)
+    seen: list[str | None] = []
+
+    async def snapshot() -> None:
+        seen.append(report(api))
+    api.after_write.append(snapshot)
+    calls_before = api.get_calls
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api)
+    assert await reporter.busy(Model.model_validate(api.objects["default/m"]))
+    assert seen and seen[0] is not None and api.get_calls == calls_before + 1
+
+
+async def test_a_report_left_by_an_earlier_run_of_the_pod_is_reset() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    await api.create_demand("default", {"metadata": {"name": "proxy-a", "namespace": "default"}, "spec": {
+        "proxy": "proxy-a", "models": {"old": {"waitingSince": "2020-01-01T00:00:00Z"}}}})
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api)
+    assert await reporter.busy(Model.model_validate(api.objects["default/m"]))
+    assert api.report("old") == {} and report(api) is not None
+
+
+async def served_then_idle(cluster: ClusterSide) -> None:
+    """One request served (the dispatcher has the model Ready), then the heartbeat cleared our report."""
+    (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
+    await cluster.reporter.refresh(set())
+
+
+async def test_a_refused_first_report_is_not_forwarded_and_the_request_waits_for_reactivation() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        await served_then_idle(cluster)
+        api.objects["default/m"]["status"]["phase"] = "Preempted"  # the server moved on; the watch lags
+        request = asyncio.create_task(cluster.activator.acquire(key("m"), 10))
+        await eventually(lambda: cluster.reporter.refusals == 1)
+        assert report(api) is None and not request.done()
+        demand_before = demand_writes(api)
+        await api.set_status("m", {"phase": "Preempted"})  # the watch catches up
+        await eventually(lambda: demand_writes(api) > demand_before)  # activated again: demand signalled
+        await eventually(lambda: "default/m" in cluster.store._waiters)  # the engine now waits for Ready
+        assert not request.done() and report(api) is None
+        await api.set_status("m", {"phase": "Ready"})
+        grant = await asyncio.wait_for(request, 2)
+        assert report(api) is not None and cluster.activator.in_flight == {"default/m": 1}
+        grant.release()
+
+
+async def test_with_a_lagging_watch_the_model_is_reactivated_and_the_request_times_out_unforwarded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proxy_side, "REFUSAL_WAIT", 0.05)
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        await served_then_idle(cluster)
+        api.objects["default/m"]["status"]["phase"] = "Preempted"  # not delivered to the watch
+        demand_before = demand_writes(api)
+        with pytest.raises(ColdStartTimeoutError):
+            await asyncio.wait_for(cluster.activator.acquire(key("m"), 0.3), 5)
+        assert cluster.reporter.refusals >= 1
+        assert demand_writes(api) > demand_before  # REFUSAL_WAIT passed: marked stopped, demand signalled
+        assert report(api) is None and cluster.activator.in_flight == {}
+
+
+def test_identity_is_a_valid_replica_name() -> None:
+    assert proxy_identity("flexinfer-proxy-7d9f8-abcde", "host") == "flexinfer-proxy-7d9f8-abcde"
+    assert proxy_identity("", "my host:123") == "my-host-123"
+    assert len(proxy_identity("x" * 100, "")) == 63
+    assert proxy_identity("---", "") == "flexinfer-proxy"
+
+
+async def test_the_report_in_the_pods_namespace_is_owned_by_the_pod_and_others_are_not() -> None:
+    api = FakeModelApi()
+    report = DemandReport(api, "proxy-a", owner=PodOwner("default", "proxy-a", "uid-1"))
+    await report.write("default", "m", {"lastActiveTime": "2026-01-01T00:00:00Z"})
+    await report.write("team-b", "m", {"lastActiveTime": "2026-01-01T00:00:00Z"})
+    assert api.demands["default/proxy-a"]["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "proxy-a", "uid": "uid-1"}]
+    assert "ownerReferences" not in api.demands["team-b/proxy-a"]["metadata"]
+
+
+async def test_a_missing_crd_is_named() -> None:
+    class NoCrd(FakeModelApi):
+        async def create_demand(self, namespace: str, body: Any) -> None:
+            raise KubeApiError("404 NotFound the server could not find the requested resource", 404)
+    with pytest.raises(KubeApiError, match=r"the ModelDemand CRD \(modeldemands.ai.flexinfer\) is not installed"):
+        await DemandReport(NoCrd(), "proxy-a").write("default", "m", {"lastActiveTime": None})

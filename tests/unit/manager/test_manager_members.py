@@ -1,0 +1,91 @@
+"""The manager's election members carry the proxies' wait markers (``flexinfer.ai/waiting-since``): a member
+waiting longer than ``ElectionPolicy.max_wait`` wins against a busy higher-priority leader, a garbage
+marker is ignored with one log line per value, and the reconcile timer fires when a marker crosses the bound."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+
+from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
+from flexinfer.cluster_proxy.demand import rfc3339
+from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.election import ElectionPolicy
+from flexinfer.core.model_status.plan import WAKE_MARGIN, ManagerPolicy, next_wakeup
+from flexinfer.manager.client import KubeApi
+from flexinfer.manager.reconciler import Reconciler
+from flexinfer.manager.store import Store, Unit
+from support.resource_builders import model_doc
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+POLICY = ManagerPolicy(election=ElectionPolicy(max_wait=2.0))
+GROUP = Unit("ns", "g", True)
+
+
+class Sink:
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_a, **_k: None
+
+
+def member(store: Store, name: str, priority: int, marker: str | None = None, **status: Any) -> None:
+    doc = model_doc(name, "ns", gpu={"shared": "g", "priority": priority})
+    if marker is not None:
+        doc["metadata"]["annotations"] = {WAITING_SINCE_ANNOTATION: marker}
+    doc["status"] = status
+    store.put("Model", doc)
+
+
+def reconciler(store: Store) -> Reconciler:
+    return Reconciler(cast(KubeApi, None), store, ControllerDefaults(), POLICY, sink=Sink(),
+                      scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None)  # type: ignore[arg-type,return-value]
+
+
+def models(store: Store) -> list[Any]:
+    return [p.model for p in store.unit_models(GROUP) if p.model is not None]
+
+
+def busy_high(store: Store) -> None:
+    member(store, "high", 200, phase="Ready", lastActiveTime=rfc3339(NOW - timedelta(seconds=1)),
+           sharedGroup={"state": "Active"})
+
+
+def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_leader() -> None:
+    store = Store()
+    busy_high(store)
+    member(store, "low", 100, rfc3339(NOW - timedelta(seconds=3)))
+    election = reconciler(store).election(GROUP, models(store), NOW)
+    assert (election.leader, election.reason) == ("low", "starvation_bound")
+    assert election.members["high"].state == "Preempted" and election.members["high"].preempt_now
+
+
+def test_a_marker_younger_than_max_wait_or_absent_leaves_the_leader() -> None:
+    for marker in (rfc3339(NOW - timedelta(seconds=1)), None):
+        store = Store()
+        busy_high(store)
+        member(store, "low", 100, marker)
+        assert reconciler(store).election(GROUP, models(store), NOW).leader == "high"
+
+
+def test_a_garbage_marker_is_ignored_and_logged_once_per_value(caplog: pytest.LogCaptureFixture) -> None:
+    store = Store()
+    busy_high(store)
+    member(store, "low", 100, "yesterday")
+    subject = reconciler(store)
+    with caplog.at_level(logging.WARNING, logger="flexinfer.manager"):
+        for _ in range(3):
+            assert subject.election(GROUP, models(store), NOW).leader == "high"
+    assert [r.getMessage() for r in caplog.records if "yesterday" in r.getMessage()] == [
+        f"model ns/low: ignoring annotation {WAITING_SINCE_ANNOTATION}='yesterday' (not an RFC 3339 time)"]
+
+
+def test_the_reconcile_timer_fires_when_a_marker_crosses_the_bound() -> None:
+    store = Store()
+    since = NOW - timedelta(seconds=0.5)
+    member(store, "low", 100, rfc3339(since))
+    assert next_wakeup(models(store), [], NOW, POLICY) == since + timedelta(seconds=2.0) + WAKE_MARGIN
+    off = ManagerPolicy(election=ElectionPolicy(max_wait=None))
+    assert next_wakeup(models(store), [], NOW, off) is None

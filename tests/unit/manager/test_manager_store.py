@@ -1,0 +1,114 @@
+"""The manager's store: newest bodies win, units per model/group, pods and caches mapped to their models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flexinfer.manager.store import Store, Unit
+from support.resource_builders import model_doc
+
+
+def body(name: str, rv: int, **spec: Any) -> dict[str, Any]:
+    doc = model_doc(name, "ns", **spec)
+    doc["metadata"]["resourceVersion"] = str(rv)
+    return doc
+
+
+def test_models_map_to_their_group_or_themselves_and_older_bodies_are_ignored() -> None:
+    store = Store()
+    assert store.put("Model", body("a", 5, gpu={"shared": "g"})) == [Unit("ns", "g", True)]
+    assert store.put("Model", body("b", 6)) == [Unit("ns", "b")]
+    assert store.put("Model", body("a", 4)) == []
+    assert [p.body["metadata"]["resourceVersion"] for p in store.unit_models(Unit("ns", "g", True))] == ["5"]
+
+
+def test_moving_a_model_between_groups_reconciles_both() -> None:
+    store = Store()
+    store.put("Model", body("a", 1, gpu={"shared": "g1"}))
+    assert store.put("Model", body("a", 2, gpu={"shared": "g2"})) == [Unit("ns", "g1", True), Unit("ns", "g2", True)]
+    assert store.unit_models(Unit("ns", "g1", True)) == []
+
+
+def test_invalid_models_are_kept_with_their_error() -> None:
+    store = Store()
+    store.put("Model", body("bad", 1, source="s3://x"))
+    parsed = store.model("ns", "bad")
+    assert parsed is not None and parsed.model is None and parsed.error is not None
+    assert "spec.source" in str(parsed.error)
+
+
+def test_deployments_and_pods_reconcile_their_model() -> None:
+    store = Store()
+    store.put("Model", body("a", 1))
+    deployment = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "3"}}
+    assert store.put("Deployment", deployment) == [Unit("ns", "a")]
+    pod = {"metadata": {"name": "a-1", "namespace": "ns", "labels": {"flexinfer.ai/model": "a"}}}
+    assert store.put("Pod", pod) == [Unit("ns", "a")]
+    assert list(store.pods("ns", "a")) == [pod]
+    assert store.remove("Pod", pod) == [Unit("ns", "a")] and list(store.pods("ns", "a")) == []
+    assert store.put("Deployment", {"metadata": {"name": "orphan", "namespace": "ns"}}) == []
+
+
+def test_a_modelcache_reconciles_the_models_it_matches() -> None:
+    store = Store()
+    store.put("Model", body("coder", 1, source="HF://org/coder"))
+    store.put("Model", body("other", 1, source="HF://org/other"))
+    cache = {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelCache",
+             "metadata": {"name": "c", "namespace": "ns"}, "spec": {"source": "HF://org/coder"}}
+    assert store.put("ModelCache", cache) == [Unit("ns", "coder")]
+    assert [c.name for c in store.caches("ns")] == ["c"]
+
+
+def test_a_stored_modelcache_with_an_unparsable_quantity_keeps_its_other_fields() -> None:
+    store = Store()
+    store.put("Model", body("coder", 1, source="HF://org/coder"))
+    cache = {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelCache", "metadata": {"name": "c", "namespace": "ns"},
+             "spec": {"source": "HF://org/coder",
+                      "flashLoader": {"enabled": True, "concurrency": 7, "tmpfsSizeLimit": "16 gigs"}}}
+    assert store.put("ModelCache", cache) == [Unit("ns", "coder")]
+    (typed,) = store.caches("ns")
+    assert typed.spec.flash_loader is not None
+    assert (typed.spec.flash_loader.enabled, typed.spec.flash_loader.concurrency) == (True, 7)
+    ((_, _, ignored),) = store.cache_problems("ns")
+    assert [p.path for p in ignored] == ["spec.flashLoader.tmpfsSizeLimit"]
+
+
+def test_a_stored_model_with_an_unparsable_quantity_is_kept_with_the_field_ignored() -> None:
+    store = Store()
+    store.put("Model", body("m", 1, cache={"strategy": "Local", "flashLoader": {"tmpfsSizeLimit": "16 gigs"}}))
+    parsed = store.model("ns", "m")
+    assert parsed is not None and parsed.model is not None and parsed.error is None
+    assert [p.path for p in parsed.ignored] == ["spec.cache.flashLoader.tmpfsSizeLimit"]
+
+
+def test_gpu_leases_reconcile_their_group() -> None:
+    lease = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "GPULease",
+             "metadata": {"name": "l", "namespace": "ns"}, "spec": {"group": "g"}}
+    store = Store()
+    assert store.put("GPULease", lease) == [Unit("ns", "g", True)]
+    assert [x.spec.group for x in store.leases("ns")] == ["g"]
+
+
+def demand_body(name: str, models: dict[str, Any], renew: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"proxy": name, "models": models}
+    if renew:
+        spec["renewTime"] = renew
+    return {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelDemand",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def test_a_demand_report_reconciles_the_models_whose_entry_changed() -> None:
+    store = Store()
+    for name in ("a", "b"):
+        store.put("Model", {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
+                            "metadata": {"name": name, "namespace": "default", "resourceVersion": "1"},
+                            "spec": {"backend": "vllm", "source": "HF://o/m"}})
+    t = "2026-01-01T00:00:00Z"
+    assert store.put("ModelDemand", demand_body("p", {"a": {"lastActiveTime": t}})) == [Unit("default", "a")]
+    assert store.put("ModelDemand", demand_body("p", {"a": {"lastActiveTime": t}, "b": {"inFlightAt": t}})) == [
+        Unit("default", "b")]
+    assert store.put("ModelDemand", demand_body("p", {"a": {"lastActiveTime": t}, "b": {"inFlightAt": t}},
+                                                renew=t)) == [Unit("default", "b")], "a renewal affects live entries"
+    assert [d.spec.proxy for d in store.demands("default")] == ["p"]
+    assert store.remove("ModelDemand", demand_body("p", {})) == [Unit("default", "a"), Unit("default", "b")]
+    assert store.demands("default") == []
