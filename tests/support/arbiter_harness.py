@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter.events import Effect, Event
 from flexinfer.core.arbiter.machine import Arbiter
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.recording_engine import key
 
 

@@ -38,7 +38,7 @@ from flexinfer.cluster_proxy.model_api import ModelApi
 from flexinfer.cluster_proxy.model_watch import ModelStore, ModelWatcher
 from flexinfer.cluster_proxy.wait_marker import WaitMarker, WaitTicket
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy
 from flexinfer.core.errors import ColdStartTimeoutError, ConfigError
 from flexinfer.runtime.dispatcher import Dispatcher

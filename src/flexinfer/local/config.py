@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flexinfer.api.units import parse_duration
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
 from flexinfer.local.engine import LocalEngineSettings
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter.events import Effect, Event
 from flexinfer.core.arbiter.machine import Arbiter
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import ModelNotFoundError, ShuttingDownError
 from flexinfer.core.phases import FAILED, READY
 from flexinfer.runtime.dispatcher_effects import EffectRunner, Waiter

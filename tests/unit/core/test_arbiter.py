@@ -4,7 +4,7 @@ the hold and the starvation bound, timeouts, failures, idle reaping, preload/unl
 from __future__ import annotations
 
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import key, make_model
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import key, make_model
 

@@ -6,7 +6,7 @@ servers out) a changed model keeps running unless it moved to another group."""
 from __future__ import annotations
 
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import make_model
 

@@ -5,7 +5,7 @@ and (b) a model idle for an hour is measured from its activation only (the Go fo
 from __future__ import annotations
 
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.lifecycle_clock import Activation, StageSpan
 from support.arbiter_harness import Harness
 from support.recording_engine import make_model

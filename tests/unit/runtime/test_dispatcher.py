@@ -8,7 +8,7 @@ import contextvars
 
 import pytest
 
-from flexinfer.core.arbiter.events import ArbiterPolicy
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import (
     ColdStartTimeoutError,
     ModelFailedError,

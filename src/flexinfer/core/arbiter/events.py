@@ -1,4 +1,4 @@
-"""The arbiter's vocabulary: events in, effects out, and the policy knobs.
+"""The arbiter's vocabulary: events in, effects out (the knobs are in ``policy``).
 
 ``flexinfer.core.arbiter.machine.Arbiter.handle(event, now)`` consumes the events below and returns effects.
 The dispatcher (``flexinfer.runtime.dispatcher``) is the only production caller: it turns requests and
@@ -16,35 +16,6 @@ from dataclasses import dataclass
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.errors import RequestError
-
-# ---------------------------------------------------------------- policy
-
-
-@dataclass(frozen=True)
-class ArbiterPolicy:
-    """Tunable swap/queue policy. Defaults are the documented ones (docs/design/swapping.md)."""
-
-    max_wait: float = 30.0
-    """Starvation bound: a model whose oldest waiting ticket is this old wins the GPU next."""
-    min_hold: float = 15.0
-    """Anti-thrash: a model keeps the GPU this long after Ready (never delays a starving model)."""
-    drain_timeout: float = 30.0
-    """How long an outgoing model may finish in-flight requests before it is stopped anyway."""
-    cold_start_timeout: float = 60.0
-    """Per-ticket wait budget when the model has no ``spec.serverless.coldStartTimeout``."""
-    queue_limit: int = 100
-    """Waiting tickets per model; one more is rejected with ``QueueFullError``."""
-    restart_backoff: float = 5.0
-    """Backoff after the first failed start; doubles per consecutive failure up to the max."""
-    restart_backoff_max: float = 300.0
-    restart_changed: bool = False
-    """A model whose manifest changed restarts (drain, stop, start): the local engine runs the manifest itself.
-    Off where something else rolls the server out (the in-cluster proxy: the manager does)."""
-
-    def backoff(self, failures: int) -> float:
-        """Backoff after ``failures`` consecutive failed starts (``failures`` >= 1)."""
-        return float(min(self.restart_backoff * 2 ** max(failures - 1, 0), self.restart_backoff_max))
-
 
 # ---------------------------------------------------------------- events
 

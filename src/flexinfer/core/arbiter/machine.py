@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy, Effect, Event
+from flexinfer.core.arbiter.events import Effect, Event
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.arbiter.state import (
     Slot,
     Ticket,

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
-from flexinfer.core.arbiter.events import ArbiterPolicy, Effect
+from flexinfer.core.arbiter.events import Effect
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import ModelFailedError
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.phases import FAILED, IDLE, READY

@@ -1,0 +1,31 @@
+"""The arbiter's policy knobs: starvation bound, anti-thrash hold, drain, queue limit, restart backoff."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ArbiterPolicy:
+    """Tunable swap/queue policy. Defaults are the documented ones (docs/design/swapping.md)."""
+
+    max_wait: float = 30.0
+    """Starvation bound: a model whose oldest waiting ticket is this old wins the GPU next."""
+    min_hold: float = 15.0
+    """Anti-thrash: a model keeps the GPU this long after Ready (never delays a starving model)."""
+    drain_timeout: float = 30.0
+    """How long an outgoing model may finish in-flight requests before it is stopped anyway."""
+    cold_start_timeout: float = 60.0
+    """Per-ticket wait budget when the model has no ``spec.serverless.coldStartTimeout``."""
+    queue_limit: int = 100
+    """Waiting tickets per model; one more is rejected with ``QueueFullError``."""
+    restart_backoff: float = 5.0
+    """Backoff after the first failed start; doubles per consecutive failure up to the max."""
+    restart_backoff_max: float = 300.0
+    restart_changed: bool = False
+    """A model whose manifest changed restarts (drain, stop, start): the local engine runs the manifest itself.
+    Off where something else rolls the server out (the in-cluster proxy: the manager does)."""
+
+    def backoff(self, failures: int) -> float:
+        """Backoff after ``failures`` consecutive failed starts (``failures`` >= 1)."""
+        return float(min(self.restart_backoff * 2 ** max(failures - 1, 0), self.restart_backoff_max))
