@@ -7,6 +7,10 @@ Everything that mutates swap state goes through the inbox and is applied by ``ru
 in child tasks (``flexinfer.runtime.engine_tasks``) that post completion events back. Time comes from an
 injectable ``clock``; with ``auto_tick=False`` nothing fires on its own and tests drive deadlines with
 ``tick()``. Built by ``flexinfer.assembly`` (local engine; in-cluster proxy); used by ``flexinfer.proxy``.
+
+The express lane: while the inbox is empty, ``acquire`` and ``Grant.release`` for a model that is Ready and
+unchallenged are answered in the caller's own step by ``Arbiter.admit``/``finish`` (synchronous, on the
+loop, so still one writer and the same order of events), without the inbox round trip or a full decision.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class Dispatcher:
         self._runner: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._closed = False
+        self._applying = False
+        self._watchers = 0
 
     @property
     def policy(self) -> ArbiterPolicy:
@@ -105,16 +111,28 @@ class Dispatcher:
         self._effects.cancel_wake()
 
     def _apply(self, event: Event) -> None:
+        self._applying = True
         try:
             effects = self._arbiter.handle(event, self._clock())
         except Exception:
             log.exception("arbiter failed on %r", event)
             return
+        finally:
+            self._applying = False
         self._execute(effects)
         if isinstance(event, ev.RequestArrived):
             self._effects.notify_waiting(event.ticket, self._arbiter)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake ``wait_for`` callers: the state changed."""
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _express(self) -> bool:
+        """The express lane is open: no event is waiting in the inbox (so answering now keeps the order of
+        events) and the arbiter is not in the middle of one."""
+        return not self._applying and self._inbox.empty()
 
     def _execute(self, effects: list[Effect]) -> None:
         for effect in effects:
@@ -145,6 +163,12 @@ class Dispatcher:
         if self._closed:
             raise ShuttingDownError("FlexInfer is shutting down")
         ticket = next(self._ids)
+        if self._express():
+            granted = self._arbiter.admit(ticket, model, self._clock())
+            if granted is not None:
+                if self._watchers:
+                    self._notify()
+                return self._effects.grant(granted)
         future: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
         self._waiters[ticket] = Waiter(future, on_wait, contextvars.copy_context(), self._clock())
         deadline = None if timeout is None else self._clock() + timeout
@@ -157,6 +181,13 @@ class Dispatcher:
             raise
 
     def _release(self, ticket: int) -> None:
+        if self._express():
+            effects = self._arbiter.finish(ticket, self._clock())
+            if effects is not None:
+                self._execute(effects)
+                if self._watchers:
+                    self._notify()
+                return
         self.post(ev.RequestFinished(ticket))
 
     def model_exited(self, model: Model, code: int | None = None) -> None:
@@ -229,9 +260,13 @@ class Dispatcher:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
         """Wait until ``predicate()`` holds after some event (``TimeoutError`` after ``timeout``)."""
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await self._changed.wait()
+        self._watchers += 1
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    await self._changed.wait()
+        finally:
+            self._watchers -= 1
 
     def _phase(self, key: ModelKey) -> str:
         slot = self._arbiter.slots.get(key)

@@ -71,6 +71,11 @@ class EffectRunner:
         if waiter is None or waiter.future.done():
             self._post(ev.RequestCancelled(effect.ticket))
             return
+        waiter.future.set_result(self.grant(effect))
+
+    def grant(self, effect: ev.GrantTicket) -> Grant:
+        """The caller's ``Grant`` for a granted ticket; its ``release`` ends the ticket once, however often it
+        is called."""
         released = False
 
         def release() -> None:
@@ -80,7 +85,7 @@ class EffectRunner:
                 self._release(effect.ticket)
 
         endpoint = effect.endpoint if isinstance(effect.endpoint, Endpoint) else Endpoint(str(effect.endpoint))
-        waiter.future.set_result(Grant(effect.model, endpoint, release, effect.waited, effect.activation))
+        return Grant(effect.model, endpoint, release, effect.waited, effect.activation)
 
     def _observe(self, effect: Effect) -> None:
         obs = self._observer

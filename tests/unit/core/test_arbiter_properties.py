@@ -3,15 +3,20 @@
 Invariants: at most one running model per shared group; every ticket ends exactly once (granted,
 rejected, or withdrawn by its caller); no model is stopped while it has in-flight requests unless the
 drain timeout expired; and a waiting model is served within the starvation bound, given an engine that
-starts and stops within bounded time (the harness answers after at most ``S`` seconds).
+starts and stops within bounded time (the harness answers after at most ``S`` seconds). The express lane
+(``Arbiter.admit``/``finish``) is equivalent to ``handle``: a twin arbiter that takes it whenever it is open
+gives the same effects (wake-ups aside: never later) and ends in the same state.
 """
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flexinfer.core.arbiter import events as ev
+from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.arbiter_harness import Harness
 from support.recording_engine import key, make_model
@@ -56,10 +61,50 @@ class Checked(Harness):
         return super().send(event)
 
 
-def run(script: list[tuple[str, object]], delays: dict[str, float]) -> Checked:
-    h = Checked.__new__(Checked)
+class Twin(Checked):
+    """``Checked`` driving a second arbiter that answers requests through the express lane whenever it is open;
+    after every event both must have given the same effects (wake-ups aside) and hold the same state."""
+
+    def send(self, event: ev.Event) -> list[ev.Effect]:
+        if not hasattr(self, "twin"):
+            self.twin, self.express_hits = Arbiter(self.models, self.policy), 0
+        twin_fx = self._twin_effects(event)
+        effects = super().send(event)
+        assert _without_wakes(twin_fx) == _without_wakes(effects), event
+        assert _state(self.twin) == _state(self.arbiter), event
+        wake, twin_wake = self.arbiter.next_wake(), self.twin.next_wake()
+        assert wake is None or (twin_wake is not None and twin_wake <= wake), "the express lane woke up late"
+        self.wake = min((w for w in (self.wake, twin_wake) if w is not None), default=None)
+        return effects
+
+    def _twin_effects(self, event: ev.Event) -> list[ev.Effect]:
+        fast: list[ev.Effect] | None = None
+        if isinstance(event, ev.RequestArrived):
+            grant = self.twin.admit(event.ticket, event.model, self.now)
+            fast = None if grant is None else [grant]
+        elif isinstance(event, ev.RequestFinished):
+            fast = self.twin.finish(event.ticket, self.now)
+        if fast is None:
+            return self.twin.handle(event, self.now)
+        self.express_hits += 1
+        return fast
+
+
+def _without_wakes(effects: list[ev.Effect]) -> list[object]:
+    """The effects but wake-ups, rejections compared by their error's type, text and fields."""
+    return [(e.ticket, e.model, type(e.error), str(e.error), vars(e.error)) if isinstance(e, ev.RejectTicket) else e
+            for e in effects if not isinstance(e, ev.ScheduleWake)]
+
+
+def _state(arbiter: Arbiter) -> tuple[Any, ...]:
+    slots = {k: dict(vars(s), queue=dict(s.queue), in_flight=set(s.in_flight)) for k, s in arbiter.slots.items()}
+    return slots, dict(arbiter.tickets), dict(arbiter.next_up), arbiter.shutting_down
+
+
+def run(script: list[tuple[str, object]], delays: dict[str, float], cls: type[Checked] = Checked) -> Checked:
+    h = cls.__new__(cls)
     h.holding = set()  # type: ignore[attr-defined]
-    Checked.__init__(h, MODELS, POLICY, start_delay=delays, stop_delay=S)
+    cls.__init__(h, MODELS, POLICY, start_delay=delays, stop_delay=S)
     for op, arg in script:
         tickets = sorted(set(h.arrived) - h.finished - h.cancelled)
         if op == "request":
@@ -74,6 +119,8 @@ def run(script: list[tuple[str, object]], delays: dict[str, float]) -> Checked:
             h.failing[f"default/{arg}"] = h.failing.get(f"default/{arg}", 0) + 1
         elif op == "unload":
             h.send(ev.Unload(key(str(arg))))
+        elif op == "late":
+            h.now += float(arg)  # type: ignore[arg-type]  # time passes, the wake-up is not delivered yet
     return h
 
 
@@ -127,3 +174,33 @@ def test_shutdown_always_completes(script: list[tuple[str, object]], delays: dic
     assert h.effects(ev.ShutdownComplete) == [ev.ShutdownComplete()]
     assert all(k == "granted" or k != "" for k, _ in h.outcome.values())
     assert not any(s.queue for s in h.arbiter.slots.values())
+
+
+late_ops = st.lists(st.one_of(
+    st.tuples(st.just("request"), st.sampled_from(NAMES)),
+    st.tuples(st.just("finish"), st.integers(0, 30)),
+    st.tuples(st.just("advance"), st.floats(0, 12)),
+    st.tuples(st.just("late"), st.floats(0, 40)),
+), max_size=60)
+"""Events that arrive after a deadline but before its wake-up (a busy event loop runs the timer late)."""
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=st.one_of(ops, busy_ops, late_ops), delays=delays_st)
+@example(script=[("request", "d"), ("advance", 5.0), ("finish", 0), ("request", "a"), ("advance", 5.0),
+                 ("late", 30.0), ("request", "a")],  # d's idle timeout is due when a request for a arrives
+         delays={f"default/{n}": 1.0 for n in NAMES})
+def test_express_lane_gives_the_same_effects_and_state_as_handle(
+        script: list[tuple[str, object]], delays: dict[str, float]) -> None:
+    h = run(script, delays, Twin)
+    quiesce(h)
+    h.send(ev.Shutdown())
+    h.advance(POLICY.drain_timeout + 2 * S)
+
+
+def test_express_lane_is_taken_for_a_ready_unchallenged_model() -> None:
+    """The equivalence above is not vacuous: requests for a Ready model skip ``handle``."""
+    h = run([("request", "d"), ("advance", 5.0), ("request", "d"), ("request", "d"), ("finish", 1),
+             ("finish", 2), ("request", "a"), ("advance", 5.0), ("request", "a"), ("finish", 3)],
+            {f"default/{n}": 1.0 for n in NAMES}, Twin)
+    assert h.express_hits >= 5  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
 """End-to-end tests of flexinfer.runtime.dispatcher with the recording engine and a hand-driven clock:
-joins, swaps with drains, cancellation, timeouts, failures, preload/unload, snapshots, replace, shutdown."""
+joins, swaps with drains, cancellation, timeouts, failures, preload/unload, snapshots, replace, shutdown, and
+the express lane (grant and release of a Ready model in the caller's step)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextvars
 
 import pytest
 
+from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import (
     ColdStartTimeoutError,
@@ -167,3 +169,61 @@ async def test_one_name_in_two_namespaces_each_key_starts_and_grants_its_own_mod
         grant.release()
         assert await d.preload(key("default/chat"), wait=True, timeout=5) == "Ready"
         assert {s.key: s.phase for s in d.snapshot()} == {"default/chat": "Ready", "team-b/chat": "Ready"}
+
+
+def _without_suspending(coro: object) -> object:
+    """Run a coroutine that must finish without awaiting anything; return its result."""
+    try:
+        coro.send(None)  # type: ignore[attr-defined]
+    except StopIteration as done:
+        return done.value
+    with pytest.raises(asyncio.CancelledError):
+        coro.throw(asyncio.CancelledError())  # type: ignore[attr-defined]  # withdraw the request
+    raise AssertionError("the coroutine suspended: it went through the dispatcher's inbox")
+
+
+async def test_a_ready_unchallenged_model_grants_and_releases_in_the_callers_step(
+        engine: RecordingEngine, clock: FakeClock) -> None:
+    """The express lane: no inbox round trip for a Ready model, and in-flight counting still exact."""
+    async with pair(engine, clock) as d:
+        (await d.acquire(key("a"))).release()  # cold start through the inbox
+        await d.wait_for(lambda: d.state(key("a")).in_flight == 0, 5)  # type: ignore[union-attr]
+        grants = [_without_suspending(d.acquire(key("a"))) for _ in range(3)]
+        assert d.state(key("a")).in_flight == 3  # type: ignore[union-attr]
+        watcher = asyncio.create_task(d.wait_for(lambda: d.state(key("a")).in_flight == 0, 5))  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+        for grant in grants:
+            grant.release()  # type: ignore[attr-defined]
+            grant.release()  # type: ignore[attr-defined]  # once only
+        assert d.state(key("a")).in_flight == 0  # type: ignore[union-attr]
+        await watcher  # wait_for callers are woken by an express release too
+        assert engine.count("start", A) == 1
+
+
+async def test_a_request_for_a_draining_model_queues_behind_the_swap(engine: RecordingEngine, clock: FakeClock) -> None:
+    """No express grant for a model that lost its GPU: it drains, its new requests wait for its next turn."""
+    async with pair(engine, clock) as d:
+        grant_a = await d.acquire(key("a"))
+        waiting_b = asyncio.create_task(d.acquire(key("b")))
+        await d.wait_for(lambda: d.state(key("a")).draining, 5)  # type: ignore[union-attr]
+        late_a = asyncio.create_task(d.acquire(key("a")))
+        await d.wait_for(lambda: d.state(key("a")).queue_depth == 1, 5)  # type: ignore[union-attr]
+        assert not late_a.done() and d.state(key("a")).in_flight == 1  # type: ignore[union-attr]
+        grant_a.release()
+        (await waiting_b).release()
+        clock.advance(POLICY.max_wait)
+        await d.tick()
+        (await late_a).release()
+        assert [c for c in engine.calls if c[0] == "start"] == [("start", A), ("start", B), ("start", A)]
+
+
+async def test_an_event_waiting_in_the_inbox_is_applied_before_an_express_request(
+        engine: RecordingEngine, clock: FakeClock) -> None:
+    """Order is kept: an unload posted before a request is applied first, so the request waits for a start."""
+    async with pair(engine, clock) as d:
+        (await d.acquire(key("a"))).release()
+        await d.wait_for(lambda: d.state(key("a")).in_flight == 0, 5)  # type: ignore[union-attr]
+        d.post(ev.Unload(key("a")))
+        grant = await d.acquire(key("a"))
+        grant.release()
+        assert engine.count("stop", A) == 1 and engine.count("start", A) == 2

@@ -6,6 +6,10 @@ and by tests. Rules (docs/design/swapping.md): per-model tickets; a request for 
 joins the activation in progress; one running model per shared group; a swap drains the incumbent
 (bounded by ``drain_timeout``) before the winner starts; priority decides, bounded by ``max_wait``;
 ``min_hold`` after Ready against thrash; every ticket ends exactly once.
+
+``admit`` and ``finish`` are the express lane: a request for a model that is Ready and holds its group with
+nobody waiting for that group is granted (and ended) in O(1), with the outcome ``handle`` would give; anything
+else (a model loading, draining or preempted, a contender waiting, a deadline due) goes through ``handle``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from flexinfer.core.arbiter.state import (
     activation_success_effects,
     backoff_error,
     challenger,
+    express_keys,
     failed_error,
     first_choice,
     next_decision_time,
@@ -51,6 +56,8 @@ class Arbiter:
         self._shutdown_done = False
         self._wake: float | None = None
         self._fx: list[Effect] = []
+        self._express: frozenset[ModelKey] = frozenset()
+        """Models whose requests may take the express lane until the next ``handle`` (``express_keys``)."""
         for model in models:
             self.slots[model.key] = Slot(model)
         # Models declared before the first event: ``handle`` reports them (``ModelDeclared``) first.
@@ -67,8 +74,47 @@ class Arbiter:
         self._arbitrate(now)
         self._finish_shutdown()
         self._schedule(now)
+        self._express = frozenset() if self.shutting_down else express_keys(self.slots.values())
         fx, self._fx = self._fx, []
         return fx
+
+    # ------------------------------------------------------------ express lane
+
+    def admit(self, ticket: int, key: ModelKey, now: float) -> ev.GrantTicket | None:
+        """``RequestArrived(ticket, key)`` in O(1) when that is what ``handle`` would do: the model is in the
+        express set and no deadline is due. Returns the grant (the only effect ``handle`` would give besides a
+        later wake-up), or ``None``: send the event to ``handle``."""
+        if key not in self._express or (self._wake is not None and now >= self._wake):
+            return None
+        slot = self.slots[key]
+        slot.last_active, slot.held_off = now, False
+        self.tickets[ticket] = Ticket(ticket, key, now, now, granted=True)
+        slot.in_flight.add(ticket)
+        return ev.GrantTicket(ticket, key, slot.endpoint, 0.0)
+
+    def finish(self, ticket_id: int, now: float) -> list[Effect] | None:
+        """``RequestFinished(ticket_id)`` in O(1) for a ticket granted on an express model, when no deadline is
+        due and the model's idle timeout cannot fire at ``now``; returns the effects (at most a wake-up for the
+        idle timeout), or ``None``: send the event to ``handle``.
+
+        The pending wake-up is never later than ``handle`` would schedule it; it may be earlier (``admit``
+        removes an idle deadline without moving the wake-up), and that wake-up is then a no-op ``Tick``."""
+        ticket = self.tickets.get(ticket_id)
+        if ticket is None or ticket.model not in self._express or (self._wake is not None and now >= self._wake):
+            return None
+        slot = self.slots[ticket.model]
+        if ticket_id not in slot.in_flight:
+            return None
+        idle_end = slot.idle_deadline_after_last(now) if len(slot.in_flight) == 1 else None
+        if idle_end is not None and idle_end <= now:
+            return None
+        del self.tickets[ticket_id]
+        slot.in_flight.discard(ticket_id)
+        slot.last_active = now
+        if idle_end is None or (self._wake is not None and self._wake <= idle_end):
+            return []
+        self._wake = idle_end
+        return [ev.ScheduleWake(idle_end)]
 
     def waiting_reason(self, key: ModelKey) -> str:
         """``swap`` when a waiting model needs another model off its GPU first, else ``cold_start``."""

@@ -99,8 +99,24 @@ class Slot:
         base = max(t for t in (self.last_active, self.ready_since) if t is not None)
         return base + idle_timeout_seconds(self.model)
 
+    def idle_deadline_after_last(self, now: float) -> float | None:
+        """``idle_deadline`` once the last in-flight request ends at ``now`` (the express lane's look-ahead)."""
+        if not self.servable or self.queue or self.pinned():
+            return None
+        return max(now, self.ready_since or now) + idle_timeout_seconds(self.model)
+
     def cold_start_budget(self, policy: ArbiterPolicy) -> float:
         return cold_start_timeout_seconds(self.model, policy.cold_start_timeout)
+
+
+def express_keys(slots: Iterable[Slot]) -> frozenset[ModelKey]:
+    """The models whose requests ``Arbiter.admit``/``finish`` may answer without a full decision: Ready and
+    servable (not draining, stopping or preempted), with no waiting ticket in their group. Until the next event
+    that is not a request for them, nothing but time can change a decision about them, and the arbiter's
+    wake-up covers time."""
+    slots = list(slots)
+    contested = {s.group for s in slots if s.queue and s.group is not None}
+    return frozenset(s.key for s in slots if s.servable and not s.queue and s.group not in contested)
 
 
 def _by_priority(slot: Slot) -> tuple[int, float, str]:
