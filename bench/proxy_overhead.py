@@ -40,7 +40,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # ---------------------------------------------------------------- the upstream (child process)
 
-async def _serve_upstream(port: int, startup_delay: float = 0.0) -> None:
+async def _serve_upstream(port: int, startup_delay: float = 0.0, listening_file: str = "") -> None:
     from aiohttp import web
 
     await asyncio.sleep(startup_delay)
@@ -68,6 +68,8 @@ async def _serve_upstream(port: int, startup_delay: float = 0.0) -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()
+    if listening_file:  # when it could first answer, on the machine-wide monotonic clock
+        await asyncio.to_thread(Path(listening_file).write_text, repr(time.monotonic()))
     await asyncio.Event().wait()
 
 
@@ -301,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         except ImportError:
             pass
-        asyncio.run(_serve_upstream(args.port, args.startup_delay))
+        asyncio.run(_serve_upstream(args.port, args.startup_delay, args.listening_file))
         return 0
     if args.queued:
         return _queued(args.queued, Path(args.baseline_src).resolve() if args.baseline_src else SRC)
@@ -361,8 +363,9 @@ def _queued(count: int, src: Path) -> int:
         directory = Path(tmp)
         weights = directory / "weights.bin"
         weights.write_bytes(b"w")
+        listening = directory / "listening"
         command = [sys.executable, str(Path(__file__).resolve()), "--role", "upstream", "--port", "{port}",
-                   "--startup-delay", "6"]
+                   "--startup-delay", "8", "--listening-file", str(listening)]
         doc = {"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": "cold"},
                "spec": {"backend": "llamacpp", "source": weights.resolve().as_uri(),
                         "config": {"command": command, "healthPath": "/health"}}}
@@ -381,10 +384,12 @@ def _queued(count: int, src: Path) -> int:
         finally:
             process.terminate()
             process.wait(60)
-    statuses, ready_at, last_at, waiting_rss = result
+        statuses, ready_at, last_at, waiting_rss = result
+        listened = float(listening.read_text())
     print(f"{src}: {count} queued requests: serve RSS {before} KiB idle → {waiting_rss} KiB with all waiting "
           f"({(waiting_rss - before) * 1024 / count:.0f} bytes each); statuses {statuses}; last answer "
-          f"{last_at - ready_at:.2f}s after Ready; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{last_at - listened:.2f}s after the model server listened ({last_at - ready_at:.2f}s after /admin/status "
+          f"showed Ready); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 
@@ -413,21 +418,25 @@ async def _flood(port: int, count: int, pid: int) -> tuple[dict[int, int], float
         tasks.append(asyncio.ensure_future(one()))
         if len(tasks) % 100 == 0:
             await asyncio.sleep(0.03)
-    await asyncio.sleep(1.0)
+    phase, depth = "", 0
+    while phase != "Ready" and depth < count:  # every request has reached the queue (or the model is up)
+        await asyncio.sleep(0.05)
+        phase, depth = await asyncio.to_thread(_model_state, port)
     waiting_rss = _rss_kib(pid)
     ready_at = 0.0
     while not ready_at:
         await asyncio.sleep(0.02)
-        status = await asyncio.to_thread(_model_phase, port)
-        if status == "Ready":
+        phase, _ = await asyncio.to_thread(_model_state, port)
+        if phase == "Ready":
             ready_at = time.monotonic()
     await asyncio.gather(*tasks)
     return statuses, ready_at, max(done), waiting_rss
 
 
-def _model_phase(port: int) -> str:
+def _model_state(port: int) -> tuple[str, int]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/status", timeout=30) as response:
-        return str(json.loads(response.read())["models"][0]["phase"])
+        model = json.loads(response.read())["models"][0]
+    return str(model["phase"]), int(model["queue_depth"])
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -443,6 +452,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="instead: N requests (one connection each) queued for a cold model; memory and drain time "
                              "(of the --baseline-src tree when given)")
     parser.add_argument("--startup-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--listening-file", default="", help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=("upstream",), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     return parser.parse_args(argv)

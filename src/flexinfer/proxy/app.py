@@ -65,7 +65,8 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
                tracer: ProxyTracer | None = None) -> web.Application:
     """The proxy application. ``registry`` is rendered on ``/metrics`` (404 when ``None``)."""
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
-    drain, forwarder = DrainState(), Forwarder(config.upstream_connect_timeout)
+    drain, forwarder = DrainState(), Forwarder(config.upstream_connect_timeout,
+                                                 config.upstream_max_connections)
     app[DRAIN], app[METRICS] = drain, metrics or NullMetrics()
     tracing = tracer or NullTracer()
     proxied = ProxyHandler(config, activator=activator, catalog=catalog, forwarder=forwarder,

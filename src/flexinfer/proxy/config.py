@@ -41,7 +41,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "applies (0 = no extra cap); excess requests wait within the queue timeout.", Kind.INT),
     EnvVar("PROXY_LOADING_COMMENT_INTERVAL", "1.5s", "Interval of `: loading <model>` SSE comments while a "
            "streaming request waits for a cold start or swap.", Kind.DURATION),
-    EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server.", Kind.DURATION),
+    EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server (also the longest wait "
+           "for a free connection when `PROXY_UPSTREAM_MAX_CONNECTIONS` are in use).", Kind.DURATION),
+    EnvVar("PROXY_UPSTREAM_MAX_CONNECTIONS", "1024", "Connections open to one model server at once (0 = no limit); "
+           "more requests wait for a connection to come free, so a burst (a queue released when a cold model "
+           "becomes Ready) reuses keep-alive connections instead of overflowing the server's accept queue.",
+           Kind.INT),
 )
 
 
@@ -65,6 +70,7 @@ class ProxyConfig:
     max_concurrency_per_model: int = 0
     loading_comment_interval: float = 1.5
     upstream_connect_timeout: float = 10.0
+    upstream_max_connections: int = 1024
 
     @property
     def wait_timeout(self) -> float:
@@ -100,6 +106,7 @@ class ProxyConfig:
             ("PROXY_MAX_CONCURRENCY_PER_MODEL must be >= 0", self.max_concurrency_per_model < 0),
             ("PROXY_LOADING_COMMENT_INTERVAL must be > 0", self.loading_comment_interval <= 0),
             ("PROXY_UPSTREAM_CONNECT_TIMEOUT must be > 0", self.upstream_connect_timeout <= 0),
+            ("PROXY_UPSTREAM_MAX_CONNECTIONS must be >= 0", self.upstream_max_connections < 0),
         ]
 
 
@@ -123,4 +130,5 @@ def proxy_config(env: Mapping[str, str]) -> ProxyConfig:
         max_concurrency_per_model=read.integer("PROXY_MAX_CONCURRENCY_PER_MODEL", default.max_concurrency_per_model),
         loading_comment_interval=read.duration("PROXY_LOADING_COMMENT_INTERVAL", default.loading_comment_interval),
         upstream_connect_timeout=read.duration("PROXY_UPSTREAM_CONNECT_TIMEOUT", default.upstream_connect_timeout),
+        upstream_max_connections=read.integer("PROXY_UPSTREAM_MAX_CONNECTIONS", default.upstream_max_connections),
     )

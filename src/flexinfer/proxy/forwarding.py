@@ -65,13 +65,13 @@ def _mirrored_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 class Forwarder:
     """One pooled HTTP client for all model servers."""
 
-    def __init__(self, connect_timeout: float) -> None:
-        self._connect_timeout = connect_timeout
+    def __init__(self, connect_timeout: float, max_per_server: int = 0) -> None:
+        self._connect_timeout, self._max_per_server = connect_timeout, max_per_server
         self._pools: dict[bool, UpstreamPool] = {}
         self._origins: dict[str, tuple[bool, str, int, str]] = {}
 
     async def start(self) -> None:
-        self._pools = {False: UpstreamPool(self._connect_timeout)}
+        self._pools = {False: UpstreamPool(self._connect_timeout, max_per_server=self._max_per_server)}
 
     async def close(self) -> None:
         for pool in self._pools.values():
@@ -109,7 +109,8 @@ class Forwarder:
         secure, host, port, _ = origin
         pool = self._pools.get(secure)
         if pool is None:
-            pool = self._pools[secure] = UpstreamPool(self._connect_timeout, ssl.create_default_context())
+            pool = self._pools[secure] = UpstreamPool(self._connect_timeout, ssl.create_default_context(),
+                                                      self._max_per_server)
         try:
             return await pool.request(method, host, port, target, headers=headers.items(), body=body)
         except UpstreamConnectionError as exc:

@@ -8,6 +8,11 @@ does only what a reverse proxy needs: no redirects, no cookies, no decompression
 ``Host`` and ``Content-Length``. A connection is reused only after a complete response that allows it; a
 reused connection that the server closed before answering is retried once on a new connection (the request
 never reached the model). Reading is paused when the relay falls behind (``HIGH_WATER`` bytes buffered).
+With ``max_per_server``, at most that many connections to one model server exist at once: a request beyond
+it waits (within the connect timeout) for a connection another request hands back, or for a closed one's
+place. A burst (thousands of requests granted together when a cold model becomes Ready) then reuses a bounded
+set of keep-alive connections instead of opening one each, which overflows the server's accept queue (the
+kernel drops the excess SYNs and the client retries them only after a second or more).
 
 ``UpstreamPool.request`` returns an ``UpstreamResponse`` (status, reason, headers, ``content_length``,
 ``read()``, ``complete``, ``release()``/``close()``); failures raise ``UpstreamConnectionError`` (before an
@@ -19,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -40,8 +45,8 @@ class UpstreamBodyError(OSError):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; carries one exchange at a time."""
 
-    def __init__(self, pool_key: tuple[str, int]) -> None:
-        self.pool_key = pool_key
+    def __init__(self, pool_key: tuple[str, int], on_lost: Callable[[_Connection], None]) -> None:
+        self.pool_key, self._on_lost = pool_key, on_lost
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.used = False
@@ -68,6 +73,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._on_lost(self)
         if self._response is not None:
             self._response.connection_lost()
         if self._drained is not None and not self._drained.done():
@@ -263,11 +269,16 @@ class UpstreamResponse:
 
 
 class UpstreamPool:
-    """Keep-alive connections to model servers, keyed by ``(host, port)``."""
+    """Keep-alive connections to model servers, keyed by ``(host, port)``; at most ``max_per_server`` open
+    to one server at once (0: no limit)."""
 
-    def __init__(self, connect_timeout: float, tls: ssl.SSLContext | None = None) -> None:
-        self._connect_timeout, self._tls = connect_timeout, tls
+    def __init__(self, connect_timeout: float, tls: ssl.SSLContext | None = None, max_per_server: int = 0) -> None:
+        self._connect_timeout, self._tls, self._max = connect_timeout, tls, max_per_server
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._open: dict[tuple[str, int], int] = {}
+        """Connections open or being opened per server (counted only with a limit)."""
+        self._waiting: dict[tuple[str, int], deque[asyncio.Future[_Connection | None]]] = {}
+        """Requests waiting for a connection: handed one that is free again, or ``None`` (a place to connect)."""
         self._closed = False
 
     async def request(self, method: str, host: str, port: int, target: str, *,
@@ -277,15 +288,75 @@ class UpstreamPool:
         head = _request_head(method, authority, target, headers, len(body))
         parts = (head + body,) if len(body) < 16384 else (head, body)
         key = (host, port)
-        conn = self._take_idle(key)
-        if conn is not None:
+        conn = await self._checkout(key, reuse=True)
+        if conn.used:
             response = await self._exchange(conn, parts, method)
             if response is not None:
                 return response
-        conn = await self._connect(key)
+            conn = await self._checkout(key, reuse=False)
         response = await self._exchange(conn, parts, method, retry=False)
         assert response is not None
         return response
+
+    async def _checkout(self, key: tuple[str, int], reuse: bool) -> _Connection:
+        """A connection for one exchange: an idle one (``reuse``), one handed back by another request, or a
+        new one."""
+        conn = self._take_idle(key) if reuse else None
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise UpstreamConnectionError("the proxy is closing")
+        if self._max:
+            if self._open.get(key, 0) < self._max:
+                self._open[key] = self._open.get(key, 0) + 1
+            else:
+                handed = await self._wait_turn(key)
+                if handed is not None:
+                    return handed
+        try:
+            return await self._connect(key)
+        except BaseException:
+            self._free_place(key)
+            raise
+
+    async def _wait_turn(self, key: tuple[str, int]) -> _Connection | None:
+        waiter: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, deque()).append(waiter)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                return await waiter
+        except TimeoutError:
+            raise UpstreamConnectionError(
+                f"no free connection to the model server within {self._connect_timeout:g}s "
+                f"({self._max} in use)") from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # handed over just as the request was abandoned
+                handed = waiter.result()
+                self.put_back(handed) if handed is not None else self._free_place(key)
+            else:
+                waiter.cancel()
+            raise
+
+    def _next_waiter(self, key: tuple[str, int]) -> asyncio.Future[_Connection | None] | None:
+        waiting = self._waiting.get(key)
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():
+                return waiter
+        return None
+
+    def _free_place(self, key: tuple[str, int]) -> None:
+        """A counted connection is gone (or was never made): its place goes to the next waiting request."""
+        if not self._max:
+            return
+        waiter = self._next_waiter(key)
+        if waiter is not None:
+            waiter.set_result(None)
+        else:
+            self._open[key] -= 1
+
+    def _lost(self, conn: _Connection) -> None:
+        self._free_place(conn.pool_key)
 
     async def _exchange(self, conn: _Connection, parts: tuple[bytes, ...], method: str,
                         retry: bool = True) -> UpstreamResponse | None:
@@ -314,21 +385,25 @@ class UpstreamPool:
         return None
 
     async def _connect(self, key: tuple[str, int]) -> _Connection:
-        if self._closed:
-            raise UpstreamConnectionError("the proxy is closing")
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
-                _, conn = await loop.create_connection(lambda: _Connection(key), key[0], key[1], ssl=self._tls)
+                _, conn = await loop.create_connection(lambda: _Connection(key, self._lost), key[0], key[1],
+                                                       ssl=self._tls)
         except (OSError, TimeoutError) as exc:
             raise UpstreamConnectionError(f"{type(exc).__name__}: {exc}") from None
         return conn
 
     def put_back(self, conn: _Connection) -> None:
+        """A connection is free again: to the oldest waiting request, else to the idle list."""
         if self._closed:
             conn.close()
             return
-        self._idle.setdefault(conn.pool_key, []).append(conn)
+        waiter = self._next_waiter(conn.pool_key) if self._max else None
+        if waiter is not None:
+            waiter.set_result(conn)
+        else:
+            self._idle.setdefault(conn.pool_key, []).append(conn)
 
     async def close(self) -> None:
         """Close every idle connection (busy ones are closed by their exchanges)."""
@@ -337,6 +412,11 @@ class UpstreamPool:
             for conn in idle:
                 conn.close()
         self._idle.clear()
+        for waiting in self._waiting.values():
+            for waiter in waiting:
+                if not waiter.done():
+                    waiter.set_exception(UpstreamConnectionError("the proxy is closing"))
+        self._waiting.clear()
 
 
 def _request_head(method: str, authority: str, target: str, headers: Iterable[tuple[str, str]],

@@ -12,6 +12,7 @@ import pytest
 import uvloop
 
 from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError, UpstreamPool
+from support.polling import eventually
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Upstream"], Awaitable[None]]
 
@@ -172,6 +173,78 @@ async def test_failures_before_and_during_the_body_are_told_apart() -> None:
     with pytest.raises(UpstreamConnectionError):
         await pool.request("POST", "127.0.0.1", port, "/", headers=[], body=b"{}")
     await pool.close()
+
+
+
+@on_both_loops
+async def test_a_burst_shares_at_most_max_per_server_connections_and_hands_them_over() -> None:
+    """Fifty requests at once with a limit of four: four connections, each reused, every request answered."""
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        up.open = getattr(up, "open", 0) + 1  # type: ignore[attr-defined]
+        up.peak = max(getattr(up, "peak", 0), up.open)  # type: ignore[attr-defined]
+        try:
+            while True:
+                await up.read_request(reader)
+                await asyncio.sleep(0.001)
+                writer.write(OK)
+        finally:
+            up.open -= 1  # type: ignore[attr-defined]
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0, max_per_server=4)
+        answers = await asyncio.gather(*(fetch(pool, up.port) for _ in range(50)))
+        await pool.close()
+    assert answers == [(200, b"{}")] * 50
+    assert up.connections == 4 and up.peak == 4  # type: ignore[attr-defined]
+
+
+@on_both_loops
+async def test_a_waiting_request_gets_the_place_of_a_closed_connection_or_of_one_that_gave_up() -> None:
+    """Places are never lost: an abandoned wait, a connection the server closes, a failed exchange."""
+    gate = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        head = await up.read_request(reader)
+        if "slow" in head:
+            await gate.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(5.0, max_per_server=1)
+        slow = asyncio.create_task(pool.request("POST", "127.0.0.1", up.port, "/slow", headers=[], body=b"{}"))
+        await eventually(lambda: up.connections == 1)
+        abandoned = asyncio.create_task(fetch(pool, up.port))
+        waiting = asyncio.create_task(fetch(pool, up.port))
+        await asyncio.sleep(0.01)
+        abandoned.cancel()
+        assert not waiting.done()
+        gate.set()
+        response = await slow
+        assert await response.read() == b"{}"
+        response.release()  # "Connection: close": the connection goes, its place passes to the waiting one
+        assert await waiting == (200, b"{}")
+        assert [await fetch(pool, up.port) for _ in range(3)] == [(200, b"{}")] * 3
+        await pool.close()
+    assert up.connections == 5
+
+
+@on_both_loops
+async def test_a_request_that_finds_no_free_connection_within_the_connect_timeout_fails_clearly() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        await reader.read()  # never answers
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(0.2, max_per_server=1)
+        stuck = asyncio.create_task(pool.request("POST", "127.0.0.1", up.port, "/", headers=[], body=b"{}"))
+        await eventually(lambda: bool(up.heads))
+        with pytest.raises(UpstreamConnectionError, match=r"no free connection to the model server within 0\.2s"):
+            await pool.request("POST", "127.0.0.1", up.port, "/", headers=[], body=b"{}")
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        await pool.close()
 
 
 async def test_a_stream_with_lower_case_headers_still_ends_with_an_sse_error_event_when_cut(make_proxy):

@@ -376,7 +376,7 @@ class Arbiter:
 
     def _expire(self, now: float) -> None:
         for slot in list(self.slots.values()):
-            for ticket in [t for t in slot.queue.values() if t.deadline <= now]:
+            for ticket in slot.queue.due(now):
                 waited = now - ticket.arrived
                 self._reject(slot, ticket, ColdStartTimeoutError(
                     f"Timeout waiting for model '{slot.model.name}' to become ready (waited {waited:.1f}s)"))
@@ -444,7 +444,9 @@ class Arbiter:
 
     def _deadlines(self) -> Iterable[float]:
         for slot in self.slots.values():
-            yield from (t.deadline for t in slot.queue.values())
+            due = slot.queue.earliest_deadline()
+            if due is not None:
+                yield due
             if slot.drain_until is not None and not slot.stopping:
                 yield slot.drain_until
             idle_end = slot.idle_deadline()

@@ -7,7 +7,7 @@ reads over slots (the rules are written out in docs/design/swapping.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flexinfer.api.key import ModelKey
@@ -32,6 +32,71 @@ class Ticket:
     granted: bool = False
 
 
+class TicketQueue(Mapping[int, Ticket]):
+    """One model's waiting tickets in arrival order, with the earliest deadline and arrival kept at hand: the
+    arbiter reads both on every event, and a cold model can have thousands of tickets waiting. Each minimum is
+    recomputed only after the ticket holding it leaves."""
+
+    __slots__ = ("_arrived", "_deadline", "_tickets")
+
+    def __init__(self) -> None:
+        self._tickets: dict[int, Ticket] = {}
+        self._deadline: float | None = None
+        self._arrived: float | None = None
+        """``None`` with tickets waiting: not known (recomputed on the next read)."""
+
+    def __getitem__(self, ticket_id: int) -> Ticket:
+        return self._tickets[ticket_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._tickets)
+
+    def __len__(self) -> int:
+        return len(self._tickets)
+
+    def __setitem__(self, ticket_id: int, ticket: Ticket) -> None:
+        known = bool(self._tickets)
+        self._tickets[ticket_id] = ticket
+        if not known:
+            self._deadline, self._arrived = ticket.deadline, ticket.arrived
+            return
+        if self._deadline is not None:
+            self._deadline = min(self._deadline, ticket.deadline)
+        if self._arrived is not None:
+            self._arrived = min(self._arrived, ticket.arrived)
+
+    def pop(self, ticket_id: int, default: Ticket | None = None) -> Ticket | None:
+        ticket = self._tickets.pop(ticket_id, None)
+        if ticket is None:
+            return default
+        if self._deadline is not None and ticket.deadline <= self._deadline:
+            self._deadline = None
+        if self._arrived is not None and ticket.arrived <= self._arrived:
+            self._arrived = None
+        return ticket
+
+    def clear(self) -> None:
+        self._tickets.clear()
+        self._deadline = self._arrived = None
+
+    def due(self, now: float) -> list[Ticket]:
+        """The tickets whose deadline is ``now`` or earlier (no scan unless one is)."""
+        earliest = self.earliest_deadline()
+        if earliest is None or earliest > now:
+            return []
+        return [t for t in self._tickets.values() if t.deadline <= now]
+
+    def earliest_deadline(self) -> float | None:
+        if self._deadline is None and self._tickets:
+            self._deadline = min(t.deadline for t in self._tickets.values())
+        return self._deadline
+
+    def oldest_arrival(self) -> float | None:
+        if self._arrived is None and self._tickets:
+            self._arrived = min(t.arrived for t in self._tickets.values())
+        return self._arrived
+
+
 @dataclass
 class Slot:
     """Everything the arbiter knows about one declared model."""
@@ -39,7 +104,7 @@ class Slot:
     model: Model
     phase: str = IDLE
     endpoint: object | None = None
-    queue: dict[int, Ticket] = field(default_factory=dict)
+    queue: TicketQueue = field(default_factory=TicketQueue)
     in_flight: set[int] = field(default_factory=set)
     last_active: float | None = None
     ready_since: float | None = None
@@ -80,7 +145,7 @@ class Slot:
 
     @property
     def oldest_wait(self) -> float | None:
-        return min((t.arrived for t in self.queue.values()), default=None)
+        return self.queue.oldest_arrival()
 
     def pinned(self) -> bool:
         """Kept running without demand: ``minReplicas >= 1`` (unless unloaded) or an explicit preload."""
