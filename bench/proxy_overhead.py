@@ -9,15 +9,18 @@ through nginx, with ``wrk``; prints added latency, throughput ratio and the prox
 (``direct``, ``nginx`` when installed — a keep-alive reverse proxy, one worker — and ``serve``);
 ``--baseline-src`` adds a second ``serve`` running another source tree (A/B in one run), ``--litellm`` LiteLLM's
 proxy. Scenarios: JSON at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
-``bench-rw`` for the proxies). Runs are interleaved (every target once per round, then the next round) and the
-median round is reported; CPU is the server processes' user+system time read from ``/proc`` around each run.
-Prints figures only (and the load average), asserts nothing. Internal role: ``--role upstream --port N``.
+``bench-rw`` for the proxies), and JSON at c=1 and c=64 again while 2,000 idle keep-alive client connections
+(each has made one request) stay open to the target. Runs are interleaved (every target once per round, then
+the next round) and the median round is reported; CPU is the server processes' user+system time read from
+``/proc`` around each run. Prints figures only (and the load average), asserts nothing. Internal role:
+``--role upstream --port N``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import re
@@ -207,6 +210,8 @@ class Scenario:
     connections: int
     stream: bool = False
     prompt_bytes: int = 0
+    idle: int = 0
+    """Idle keep-alive client connections held open to the target during the run."""
 
     def script(self, model: str, directory: Path) -> Path:
         content = f"string.rep('a', {self.prompt_bytes})" if self.prompt_bytes else "'hi'"
@@ -221,6 +226,7 @@ class Scenario:
 SCENARIOS = (
     Scenario("json c=1", 1), Scenario("json c=64", 64), Scenario("sse64 c=16", 16, stream=True),
     Scenario("json 100KB c=1", 1, prompt_bytes=100_000), Scenario("json 1MB c=1", 1, prompt_bytes=1_000_000),
+    Scenario("json c=1 idle2000", 1, idle=2000), Scenario("json c=64 idle2000", 64, idle=2000),
 )
 
 
@@ -246,11 +252,32 @@ def wrk(url: str, script: Path, connections: int, duration: float) -> dict[str, 
             "non2xx": float(errors.group(1)) if errors else 0.0}
 
 
+def _idle_connections(url: str, count: int) -> list[http.client.HTTPConnection]:
+    """``count`` keep-alive connections to ``url``'s server, each after one answered request, left idle."""
+    host, port = url.removeprefix("http://").split(":")
+    body = b'{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
+    connections = []
+    for _ in range(count):
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        if response.status != 200 or response.will_close:
+            raise RuntimeError(f"{url} did not keep an idle-to-be connection open ({response.status})")
+        connections.append(connection)
+    return connections
+
+
 def _run(target: Target, scenario: Scenario, directory: Path, duration: float) -> dict[str, float]:
     model = "bench" if target.name == "direct" or not scenario.prompt_bytes else target.rewrite_model
     script = scenario.script(model, directory)
+    idle = _idle_connections(target.url, scenario.idle) if scenario.idle else []
     before = target.cpu_seconds()
-    row = wrk(target.url + "/v1/chat/completions", script, scenario.connections, duration)
+    try:
+        row = wrk(target.url + "/v1/chat/completions", script, scenario.connections, duration)
+    finally:
+        for connection in idle:
+            connection.close()
     cpu = target.cpu_seconds() - before
     units = row["requests"] * (SSE_CHUNKS + 1 if scenario.stream else 1)
     row["cpu_us"] = cpu / units * 1e6 if units else 0.0

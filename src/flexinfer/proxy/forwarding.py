@@ -1,6 +1,7 @@
 """The upstream call: send a request to a model server and relay its response without buffering.
 
-Chunks are written to the client as they arrive; no compression is added or removed. The HTTP client is
+Chunks are written to the client as they arrive (an answer whose body arrived with its head is written with it,
+head and body in one send); no compression is added or removed. The HTTP client is
 ``upstream_http.UpstreamPool`` (pooled keep-alive connections, one write per request). A client that goes
 away cancels the handler, which closes the upstream connection so the model server sees the disconnect. A
 model server that fails before answering is a 502 ``bad_gateway``; one that answers an error status (>= 400)
@@ -133,6 +134,10 @@ class Forwarder:
     async def _copy(self, reply: Reply, upstream: UpstreamResponse) -> None:
         if reply.started and upstream.status != 200:
             raise UpstreamError(f"model server answered {upstream.status} on a stream already started")
+        if upstream.complete and not reply.started and not upstream.head_only:  # a short answer, all here
+            await reply.start_whole(upstream.status, upstream.reason, _mirrored_headers(upstream.headers),
+                                    upstream.drain())
+            return
         response = await reply.start_mirror(
             upstream.status, upstream.reason, _mirrored_headers(upstream.headers), upstream.content_length,
         )

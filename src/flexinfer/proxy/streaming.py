@@ -66,6 +66,16 @@ class Reply:
         self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
         return response
 
+    async def start_whole(self, status: int, reason: str | None, headers: Mapping[str, str],
+                          body: bytes) -> web.StreamResponse:
+        """Answer with the upstream's status, headers and whole body, which have all arrived: ``finish`` then
+        writes the head and the body in one send instead of two."""
+        response = web.Response(status=status, reason=reason, headers={**headers, **self._extra_headers}, body=body)
+        await response.prepare(self._request)
+        self.response = response
+        self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
+        return response
+
     async def finish(self) -> web.StreamResponse:
         """End the body normally."""
         assert self.response is not None
