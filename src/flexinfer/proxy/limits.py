@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from flexinfer.core.errors import ColdStartTimeoutError, RateLimitedError
 
@@ -96,16 +96,19 @@ class ConcurrencyLimiter:
         self._limit = limit
         self._slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
 
-    @asynccontextmanager
-    async def slot(self, model: str, timeout: float, parallel: int | None = None,
-                   on_wait: Callable[[], None] | None = None) -> AsyncIterator[None]:
+    def slot(self, model: str, timeout: float, parallel: int | None = None,
+             on_wait: Callable[[], None] | None = None) -> AbstractAsyncContextManager[None]:
         """Hold one of the model's slots (its own parallel capacity or the configured cap, see
         ``effective_limit``); ``on_wait()`` when none is free at once (the request queues); waiting longer than
-        ``timeout`` → 504 timeout."""
+        ``timeout`` → 504 timeout. Without a limit: a shared no-op (nothing allocated per request)."""
         limit = effective_limit(self._limit, parallel)
         if limit <= 0:
-            yield
-            return
+            return _UNLIMITED
+        return self._held(model, limit, timeout, on_wait)
+
+    @asynccontextmanager
+    async def _held(self, model: str, limit: int, timeout: float,
+                    on_wait: Callable[[], None] | None) -> AsyncIterator[None]:
         held = self._slots.get(model)
         if held is None or held[0] != limit:  # first use, or the model's capacity changed
             held = self._slots[model] = (limit, asyncio.Semaphore(limit))
@@ -123,3 +126,16 @@ class ConcurrencyLimiter:
             yield
         finally:
             semaphore.release()
+
+
+class _Unlimited:
+    """The slot of a model without a concurrency limit: enters and exits at once."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_UNLIMITED = _Unlimited()
