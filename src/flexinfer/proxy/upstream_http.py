@@ -50,6 +50,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.used = False
+        self.holds_place = False
+        """Counted against the pool's limit: its loss frees the place (set once the connect succeeded)."""
         self._response: UpstreamResponse | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._paused = False
@@ -314,10 +316,16 @@ class UpstreamPool:
                 if handed is not None:
                     return handed
         try:
-            return await self._connect(key)
+            conn = await self._connect(key)
         except BaseException:
             self._free_place(key)
             raise
+        if self._max:
+            if conn.lost:  # closed before this request could use it: its loss did not free the place
+                self._free_place(key)
+            else:
+                conn.holds_place = True
+        return conn
 
     async def _wait_turn(self, key: tuple[str, int]) -> _Connection | None:
         waiter: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
@@ -325,16 +333,19 @@ class UpstreamPool:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 return await waiter
-        except TimeoutError:
-            raise UpstreamConnectionError(
-                f"no free connection to the model server within {self._connect_timeout:g}s "
-                f"({self._max} in use)") from None
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():  # handed over just as the request was abandoned
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled():  # handed over just as the wait ended: pass it on
                 handed = waiter.result()
-                self.put_back(handed) if handed is not None else self._free_place(key)
+                if handed is not None:
+                    self.put_back(handed)
+                else:
+                    self._free_place(key)
             else:
                 waiter.cancel()
+            if isinstance(exc, TimeoutError):
+                raise UpstreamConnectionError(
+                    f"no free connection to the model server within {self._connect_timeout:g}s "
+                    f"({self._max} in use)") from None
             raise
 
     def _next_waiter(self, key: tuple[str, int]) -> asyncio.Future[_Connection | None] | None:
@@ -356,7 +367,9 @@ class UpstreamPool:
             self._open[key] -= 1
 
     def _lost(self, conn: _Connection) -> None:
-        self._free_place(conn.pool_key)
+        if conn.holds_place:
+            conn.holds_place = False
+            self._free_place(conn.pool_key)
 
     async def _exchange(self, conn: _Connection, parts: tuple[bytes, ...], method: str,
                         retry: bool = True) -> UpstreamResponse | None:

@@ -4,7 +4,9 @@ keep-alive reuse, streaming without coalescing, body framings, interim answers, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -227,6 +229,53 @@ async def test_a_waiting_request_gets_the_place_of_a_closed_connection_or_of_one
         assert [await fetch(pool, up.port) for _ in range(3)] == [(200, b"{}")] * 3
         await pool.close()
     assert up.connections == 5
+
+
+
+@on_both_loops
+async def test_places_are_never_lost_through_cancellations_closes_and_timeouts() -> None:
+    """Requests abandoned at random points, connections the server closes with and without saying so: the
+    limit is never exceeded and, afterwards, every place is usable again (a lost place would make the last
+    requests wait out the connect timeout)."""
+    rng = random.Random(7)
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        up.open = getattr(up, "open", 0) + 1  # type: ignore[attr-defined]
+        up.peak = max(getattr(up, "peak", 0), up.open)  # type: ignore[attr-defined]
+        try:
+            while True:
+                await up.read_request(reader)
+                await asyncio.sleep(rng.choice((0, 0.001, 0.003)))
+                ending = rng.random()
+                if ending < 0.15:
+                    return  # gone without an answer
+                writer.write(OK if ending < 0.7 else OK.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+                await writer.drain()
+                if ending >= 0.7:
+                    return
+        finally:
+            up.open -= 1  # type: ignore[attr-defined]
+
+    async def attempt() -> None:
+        with contextlib.suppress(UpstreamConnectionError):
+            await fetch(pool, up.port)
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(2.0, max_per_server=3)
+        tasks = [asyncio.create_task(attempt()) for _ in range(80)]
+        for task in rng.sample(tasks, 25):
+            await asyncio.sleep(rng.choice((0, 0.001, 0.002)))
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        answered = 0
+        for _ in range(12):  # sequential: each needs one place; none may wait for the connect timeout
+            async with asyncio.timeout(1.5):
+                with contextlib.suppress(UpstreamConnectionError):
+                    await fetch(pool, up.port)
+                    answered += 1
+        assert answered > 0
+        await pool.close()
+    assert up.peak <= 3  # type: ignore[attr-defined]
 
 
 @on_both_loops
