@@ -234,27 +234,23 @@ async def test_a_waiting_request_gets_the_place_of_a_closed_connection_or_of_one
 
 @on_both_loops
 async def test_places_are_never_lost_through_cancellations_closes_and_timeouts() -> None:
-    """Requests abandoned at random points, connections the server closes with and without saying so: the
-    limit is never exceeded and, afterwards, every place is usable again (a lost place would make the last
-    requests wait out the connect timeout)."""
+    """Requests abandoned at random points, connections the server closes with and without saying so:
+    afterwards every place is usable again (a lost place would make the last requests wait out the connect
+    timeout). The limit itself is checked above (here the server may still be noticing a close the client
+    already made)."""
     rng = random.Random(7)
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
-        up.open = getattr(up, "open", 0) + 1  # type: ignore[attr-defined]
-        up.peak = max(getattr(up, "peak", 0), up.open)  # type: ignore[attr-defined]
-        try:
-            while True:
-                await up.read_request(reader)
-                await asyncio.sleep(rng.choice((0, 0.001, 0.003)))
-                ending = rng.random()
-                if ending < 0.15:
-                    return  # gone without an answer
-                writer.write(OK if ending < 0.7 else OK.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
-                await writer.drain()
-                if ending >= 0.7:
-                    return
-        finally:
-            up.open -= 1  # type: ignore[attr-defined]
+        while True:
+            await up.read_request(reader)
+            await asyncio.sleep(rng.choice((0, 0.001, 0.003)))
+            ending = rng.random()
+            if ending < 0.15:
+                return  # gone without an answer
+            writer.write(OK if ending < 0.7 else OK.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+            await writer.drain()
+            if ending >= 0.7:
+                return
 
     async def attempt() -> None:
         with contextlib.suppress(UpstreamConnectionError):
@@ -275,7 +271,29 @@ async def test_places_are_never_lost_through_cancellations_closes_and_timeouts()
                     answered += 1
         assert answered > 0
         await pool.close()
-    assert up.peak <= 3  # type: ignore[attr-defined]
+
+
+
+@on_both_loops
+async def test_a_connection_handed_to_a_request_abandoned_in_the_same_step_goes_to_the_next_one() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        while True:
+            await up.read_request(reader)
+            writer.write(OK)
+
+    async with Upstream(script) as up:
+        pool = UpstreamPool(0.5, max_per_server=1)
+        first = await pool.request("POST", "127.0.0.1", up.port, "/", headers=[], body=b"{}")
+        assert await first.read() == b"{}"
+        abandoned = asyncio.create_task(fetch(pool, up.port))
+        await asyncio.sleep(0)  # one step: it is now waiting for the only connection
+        first.release()  # handed to the waiting request ...
+        abandoned.cancel()  # ... which goes away before it could use it
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+        assert await fetch(pool, up.port) == (200, b"{}")  # the connection was passed on, not lost
+        await pool.close()
+    assert up.connections == 1
 
 
 @on_both_loops
