@@ -1,7 +1,8 @@
 """The Kubernetes half of ``flexinfer proxy``: watch cache, catalog, demand engine and the proxy's dispatcher.
 
 In the cluster the manager elects shared-group members and scales idle models down, so the proxy's
-dispatcher runs every Model as its own group and never stops one on idle (``dispatch_model``); its job is
+dispatcher runs every Model as its own group (``dispatch_model``) and leaves scaling to the manager
+(``proxy_policy``: ``owns_scaling`` off); its job is
 the per-model request queue, the cold-start budget and in-flight accounting. ``DispatcherSync`` mirrors
 the watch cache into it: spec changes redeclare the model set, and a model that leaves Ready in the cluster
 (preempted, scaled down, deleted) is marked stopped so the next request activates it again.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from flexinfer.api.base import ObjectMeta
 from flexinfer.api.key import ModelKey
-from flexinfer.api.model import Model, ServerlessSpec
+from flexinfer.api.model import Model
 from flexinfer.cluster_proxy.catalog import WatchCatalog
 from flexinfer.cluster_proxy.demand import DemandSignal, KubeEngine, endpoint_of
 from flexinfer.cluster_proxy.demand_report import DemandReport, PodOwner
@@ -47,8 +48,6 @@ from flexinfer.runtime.ports import Activator, Grant
 
 log = logging.getLogger(__name__)
 
-NEVER = "876000h"
-"""The proxy-side idle timeout (100 years): only the manager scales models down."""
 HEARTBEAT_INTERVAL = 5.0
 """How often in-flight reports are refreshed (each at most every 10 s) and models with requests in flight
 are offered to ``DemandSignal.keep_alive`` (throttled to 1 m)."""
@@ -97,21 +96,21 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
 
 
 def dispatch_model(model: Model) -> Model:
-    """The Model as the proxy's dispatcher sees it: no shared group, never pinned, never idle-stopped; the
-    cold-start timeout kept. Status and server-side metadata are dropped (they change on every event)."""
+    """The Model as the proxy's dispatcher sees it: no shared group (the manager elects the members), the spec
+    otherwise as stored. Status and server-side metadata are dropped (they change on every event)."""
     spec = model.spec
     gpu = spec.gpu.model_copy(update={"shared": None}) if spec.gpu is not None else None
-    cold = spec.serverless.cold_start_timeout if spec.serverless is not None else None
-    serverless = ServerlessSpec(enabled=True, min_replicas=0, idle_timeout=NEVER, cold_start_timeout=cold)
     return Model(metadata=ObjectMeta(name=model.name, namespace=model.namespace),
-                 spec=spec.model_copy(update={"gpu": gpu, "serverless": serverless}))
+                 spec=spec.model_copy(update={"gpu": gpu}))
 
 
 def proxy_policy(settings: ClusterProxySettings) -> ArbiterPolicy:
-    """Queue limit and cold-start budget from the proxy settings; no restart backoff (a failed activation is
-    retried by the next request, as the manager may have fixed the cause)."""
+    """Queue limit and cold-start budget from the proxy settings; the manager owns scaling (``minReplicas``,
+    idle scale-down), so the dispatcher neither starts a model without a request nor stops an idle one; no
+    restart backoff (a failed activation is retried by the next request, as the manager may have fixed the
+    cause)."""
     return ArbiterPolicy(cold_start_timeout=settings.cold_start_timeout, queue_limit=settings.queue_limit,
-                         restart_backoff=0.0, restart_backoff_max=0.0)
+                         restart_backoff=0.0, restart_backoff_max=0.0, owns_scaling=False)
 
 
 class DispatcherSync:
