@@ -1,5 +1,5 @@
 """The proxy's Kubernetes side end to end over a fake API: ``ClusterSide`` (watch cache → dispatcher sync →
-KubeEngine) admitting requests the way the proxy handler does, plus its settings and model projection."""
+KubeEngine) admitting requests the way the proxy handler does, plus its settings."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 
-from flexinfer.api.model import Model
-from flexinfer.assembly.cluster_proxy import cluster_proxy_settings, dispatch_model
+from flexinfer.assembly.cluster_proxy import cluster_proxy_settings
 from flexinfer.core.errors import ModelFailedError, ModelNotFoundError
 from flexinfer.runtime.ports import Endpoint, Grant
 from support.cluster_side import cluster_side
@@ -149,14 +148,6 @@ async def test_keep_alive_patches_for_long_running_requests() -> None:
         heartbeat.cancel()
         grant.release()
     assert demand_patches(api, "m") == 2
-
-
-def test_dispatch_model_drops_the_group_and_keeps_the_serverless_spec_as_stored() -> None:
-    serverless = {"minReplicas": 1, "idleTimeout": "1m", "coldStartTimeout": "90s"}
-    original = Model.model_validate(model_body("m", gpu={"shared": "gpu0", "priority": 300}, serverless=serverless))
-    projected = dispatch_model(original)
-    assert projected.group is None and projected.priority == 300
-    assert projected.spec.serverless == original.spec.serverless
 
 
 async def test_the_manager_owns_scaling_a_min_replicas_model_waits_for_a_request_and_idle_is_never_stopped() -> None:
