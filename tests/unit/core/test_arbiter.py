@@ -3,6 +3,8 @@ the hold and the starvation bound, timeouts, failures, idle reaping, preload/unl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.arbiter_harness import Harness
@@ -197,6 +199,22 @@ def test_idle_timeout_stops_serverless_but_keeps_min_replicas_warm() -> None:
     assert stops(h) == [(A, False)]
     h.advance(3600)
     assert stops(h) == [(A, False)]
+
+
+def test_without_owning_scaling_an_idle_model_keeps_running_and_min_replicas_waits_for_a_request() -> None:
+    policy = replace(POLICY, owns_scaling=False)
+    h = Harness([make_model("a", idleTimeout="60s"), make_model("w", minReplicas=1)], policy)
+    assert starts(h) == [], "another program keeps minReplicas running"
+    h.finish(bring_up(h, A))
+    h.advance(3600)
+    assert stops(h) == [] and h.arbiter.next_wake() is None, "another program stops idle models"
+    h.finish(bring_up(h, "default/w"))
+    assert starts(h) == [A, "default/w"]
+    h.send(ev.ModelStopped(A))
+    h.advance(3600)
+    assert starts(h) == [A, "default/w"], "a model stopped elsewhere starts again only for a request"
+    h.send(ev.Unload(key("w")))
+    assert stops(h) == [("default/w", False)], "explicit control still stops it"
 
 
 def test_preload_and_unload() -> None:

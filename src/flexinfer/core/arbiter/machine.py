@@ -336,10 +336,10 @@ class Arbiter:
                     f"Timeout waiting for model '{slot.model.name}' to become ready (waited {waited:.1f}s)"))
             if slot.drain_until is not None and slot.drain_until <= now and not slot.stopping:
                 self._stop(slot, forced=True)
-            idle_end = slot.idle_deadline()
+            idle_end = slot.idle_deadline(self.policy)
             if idle_end is not None and idle_end <= now:
                 self._retire(slot, now)
-            if slot.phase == PENDING and not slot.running and not slot.queue and not slot.pinned():
+            if slot.phase == PENDING and not slot.running and not slot.queue and not slot.pinned(self.policy):
                 self._phase(slot, IDLE, "WaitingForActivation")
 
     # ------------------------------------------------------------ arbitration
@@ -365,7 +365,7 @@ class Arbiter:
     def _start_next(self, group: str, members: list[Slot], now: float) -> None:
         planned_key = self.next_up.pop(group, None)
         planned = self.slots.get(planned_key) if planned_key is not None else None
-        if planned is not None and not planned.wants_gpu(now):
+        if planned is not None and not planned.wants_gpu(now, self.policy):
             planned.activation, planned = None, None
         winner = planned or first_choice(members, now, self.policy)
         if winner is None:
@@ -401,10 +401,10 @@ class Arbiter:
             yield from (t.deadline for t in slot.queue.values())
             if slot.drain_until is not None and not slot.stopping:
                 yield slot.drain_until
-            idle_end = slot.idle_deadline()
+            idle_end = slot.idle_deadline(self.policy)
             if idle_end is not None:
                 yield idle_end
-            if slot.retry_at is not None and slot.pinned():
+            if slot.retry_at is not None and slot.pinned(self.policy):
                 yield slot.retry_at
         for members in self._groups().values():
             holder = next((s for s in members if s.servable), None)
