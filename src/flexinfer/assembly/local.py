@@ -100,7 +100,7 @@ async def flash_stage(model: Model, src: Path, dst: Path, config: FlashLoaderCon
 
 def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
     """The Model and ModelCache manifests under ``paths``; ``ConfigError`` when there is no Model. Objects of
-    other API groups (a ConfigMap beside the manifests) are left out with a warning naming file:line and kind."""
+    other API groups (a ConfigMap beside the manifests) are left out with a warning naming file:line:column and kind."""
     skipped: list[FieldProblem] = []
     manifests = [m for m in load_manifests(paths, skipped) if isinstance(m.resource, Model | ModelCache)]
     for problem in skipped:

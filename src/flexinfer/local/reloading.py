@@ -57,7 +57,8 @@ class ConfigStatus:
     result: str | None = None
     """``applied``, ``unchanged`` or ``rejected``."""
     errors: list[str] = field(default_factory=list)
-    """Why the last attempt was rejected, one ``file:line: problem`` per entry (as ``flexinfer validate``)."""
+    """Why the last attempt was rejected, one ``file:line:column: field: problem`` per entry (as ``flexinfer
+    validate``)."""
     reloads: int = 0
 
     def as_json(self) -> dict[str, object]:

@@ -41,7 +41,7 @@ async def test_accepted_rejected_and_unchanged_reloads(tmp_path: Path) -> None:
     status = await r.reload("signal")
     assert status.result == "rejected" and len(applied) == 1
     assert len(status.errors) == 2 and all("spec.config.startupTimeout" in e for e in status.errors)
-    assert status.errors[1].startswith(str(models_dir / "models.yaml") + ":19: "), "file and line, as validate"
+    assert status.errors[1].startswith(str(models_dir / "models.yaml") + ":19:5: "), "file, line, column as validate"
     assert status.as_json()["error"] == "; ".join(status.errors)
 
     write(models_dir, tmp_path, "a")
