@@ -1,7 +1,8 @@
 """``LocalEngine``: the ``flexinfer.runtime.ports.Engine`` for one machine — model servers as child processes.
 
 ``start`` resolves the weights (``file://`` only; staged into tmpfs through the injected ``Stager`` when
-the flash-loader is enabled), picks a launch profile, spawns the server on a free loopback port in its own
+the model's flash-loader settings — ``flash``, the cluster's resolution, see ``flexinfer.local.flash_settings``
+— enable it), picks a launch profile, spawns the server on a free loopback port in its own
 process group and returns once its health endpoint answers. A server that exits before Ready raises
 ``EngineError`` with its last output lines; cancelling ``start`` kills what it spawned. A server that
 exits after Ready is reported through ``on_exit`` (the dispatcher turns it into ``ModelCrashed``).
@@ -24,8 +25,9 @@ from typing import Protocol
 
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
-from flexinfer.core.cache_strategy import effective_cache_strategy
 from flexinfer.core.errors import EngineError, StagingError
+from flexinfer.core.flashloader_settings import FlashLoaderConfig
+from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.gpu_discovery import GpuInventory
 from flexinfer.local.leftovers import TOKEN_VARIABLE, ProcessRecords
 from flexinfer.local.logs import LogStore
@@ -64,25 +66,15 @@ class LocalEngineSettings:
 
 
 class Stager(Protocol):
-    """Copies (incrementally) the weights directory ``src`` into directory ``dst``; raises ``StagingError``
-    (``InsufficientSpaceError`` when tmpfs is too small). Assembly adapts ``flexinfer.flashloader.stage``."""
+    """Copies (incrementally) the weights directory ``src`` into directory ``dst`` with the model's resolved
+    flash-loader settings; raises ``StagingError`` (``InsufficientSpaceError`` when tmpfs, or the settings'
+    tmpfs size limit, is too small). Assembly adapts ``flexinfer.flashloader.stage``."""
 
-    async def __call__(self, model: Model, src: Path, dst: Path) -> None: ...
+    async def __call__(self, model: Model, src: Path, dst: Path, config: FlashLoaderConfig) -> None: ...
 
 
 ExitListener = Callable[[Model, int], None]
 """Called with the model and its exit status when a Ready server exits without being asked to."""
-
-
-def flash_enabled(model: Model) -> bool:
-    """Local-mode rule: ``spec.cache.flashLoader.enabled`` is true, or (no flashLoader block) the model is in a
-    shared group with cache strategy ``Local``."""
-    cache = model.spec.cache
-    if cache is None:
-        return False
-    if cache.flash_loader is not None:
-        return cache.flash_loader.enabled is True
-    return model.group is not None and effective_cache_strategy(model) == "Local"
 
 
 def start_timeout(model: Model, default: float) -> float:
@@ -111,11 +103,13 @@ class LocalEngine:
     """Starts and stops model servers as child processes (see the module docstring)."""
 
     def __init__(self, settings: LocalEngineSettings | None = None, *, stager: Stager | None = None,
-                 stage_when: Callable[[Model], bool] = flash_enabled, on_exit: ExitListener | None = None,
+                 flash: Callable[[Model], FlashLoaderConfig] | None = None, on_exit: ExitListener | None = None,
                  installed: Availability | None = None, gpus: GpuInventory | None = None) -> None:
         self.settings = settings or LocalEngineSettings()
         self.on_exit = on_exit
-        self._stager, self._stage_when = stager, stage_when
+        self._stager = stager
+        self.flash = flash or FlashSettings()
+        """The flash-loader settings of a model (``FlashSettings``: environment defaults, ModelCaches)."""
         path = self.settings.env.get("PATH")
         self._installed = installed or SystemAvailability(path=path)
         self._gpus = gpus or GpuInventory(path=path)
@@ -215,14 +209,15 @@ class LocalEngine:
     async def _weights(self, model: Model, report: StageReporter) -> Path:
         """The path the server loads: the ``file://`` source, or its staged tmpfs copy."""
         src = existing_source(model, self.settings.base_dir)
-        if not self._stage_when(model):
+        config = self.flash(model)
+        if not config.enabled:
             return src
         if self._stager is None:
             raise EngineError(f"model {model.key}: the flash-loader is enabled but this engine has no stager")
         plan = staging_plan(model, src, self.settings.shm_root)
         report("staging")
         try:
-            await self._stager(model, plan.src, plan.dst)
+            await self._stager(model, plan.src, plan.dst, config)
         except StagingError as exc:
             raise EngineError(f"model {model.key}: refusing to start, weights not staged into {plan.dst}: {exc}") \
                 from exc
