@@ -238,7 +238,7 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
                          flash=flash)
     engine.reap_leftovers()
     activity = ActivityLog()
-    lifecycle_log = LifecycleLog(lambda key: dispatcher.state(key))  # noqa: PLW0108 (dispatcher is built next)
+    lifecycle_log = LifecycleLog()
     dispatcher = Dispatcher(engine, models, policy=local.policy,
                             observer=_observer(registry, tracing, activity, lifecycle_log))
     engine.on_exit = dispatcher.model_exited

@@ -299,3 +299,15 @@ def test_crash_reported_while_a_stop_is_in_progress_is_an_ordinary_stop() -> Non
     assert (A, False) in stops(h)
     fx = h.send(ev.ModelCrashed(A, "exited"))
     assert "Failed" not in [e.new for e in fx if isinstance(e, ev.PhaseChanged)]
+
+
+def test_a_stop_the_arbiter_did_not_ask_for_says_so_and_an_asked_stop_names_its_cause() -> None:
+    h = Harness([make_model("a", idleTimeout="60s"), make_model("b")], POLICY)
+    h.finish(bring_up(h, A))
+    h.send(ev.ModelStopped(A))  # e.g. in a cluster the manager scaled it down
+    h.finish(bring_up(h, "default/b"))
+    h.send(ev.Unload("default/b"))
+    h.send(ev.ModelStopped("default/b"))
+    stopped = [(c.model, c.detail) for c in h.effects(ev.PhaseChanged) if c.new == "Idle"]
+    assert stopped == [(A, "stopped outside this process (in a cluster: by the manager)"),
+                       ("default/b", "unloaded")]

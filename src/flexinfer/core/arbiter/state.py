@@ -49,6 +49,8 @@ class Slot:
     drain_until: float | None = None
     """Set while draining: no new grants; stopped when in-flight reaches 0 or at this time."""
     stopping: bool = False
+    stop_cause: str = ""
+    """Why the arbiter is taking the model off its GPU (set with ``stopping``/draining; cleared once stopped)."""
     preempted_by: ModelKey | None = None
     wanted: bool = False
     held_off: bool = False
