@@ -4,34 +4,37 @@ A unit is an exclusive Model or every member of a shared GPU group. The manager'
 (``flexinfer.manager.reconciler``) reads ``UnitFacts`` from its store, calls ``plan_unit`` once per pass and
 executes the plan, doing only I/O. The plan, in the order the reconciler executes it:
 
-- ``rejections``: Models that fail validation (or whose manifests cannot be rendered): phase ``Failed``,
-  ``ConfigValid=False`` (``flexinfer.core.model_status.build.failed_status``), a Warning event when the
-  conditions change;
+- ``rejections``: Models that fail validation, or whose manifests cannot be rendered: phase ``Failed``,
+  ``ConfigValid=False`` (``flexinfer.core.model_status.build.failed_status``), a Warning event
+  ``ValidationFailed`` when the conditions change;
 - ``declared``: every valid Model (its lifecycle series exist from now on);
-- ``preemptions``: members that lose the GPU while Ready in this pass (the shared-group election,
-  ``flexinfer.core.election``, over the members with the proxies' ``ModelDemand`` reports folded in,
-  ``flexinfer.core.demand_view``): the ``Preempted`` status to write first, the Normal event ``Preempted``;
-- ``members``: per member (losers before the leader), the Deployment and Service to apply
-  (``flexinfer.core.manifests.render``, replicas from ``flexinfer.core.model_status.plan.plan_member``), the
-  status patch (``finish_member`` + ``build_status``, only when it changed), the fields ignored in stored
-  objects, and what the lifecycle tracker needs (``stops``, ``ready_at``);
-- ``wake``: the next instant at which time alone changes a decision (and the next log read while a server
-  loads).
+- ``preemptions``: the members that lose the GPU while Ready (the shared-group election,
+  ``flexinfer.core.election``, over the members with the proxies' ``ModelDemand`` reports folded in by
+  ``flexinfer.core.demand_view``, GPULeases honoured): the ``Preempted`` status and the Normal event
+  ``Preempted``;
+- ``members``: per member, losers before the leader, the Deployment and Service to apply
+  (``flexinfer.core.manifests.render``; replicas and the swap drain gate from
+  ``flexinfer.core.model_status.plan.plan_member``), the status patch (``finish_member`` + ``build_status``;
+  ``{}`` when nothing changed), the fields ignored in stored objects, and what the lifecycle tracker needs
+  (``stops``, ``ready_at``);
+- ``wake``: the next instant at which time alone changes a decision (``next_wakeup``), or the next log read
+  while a server loads, whichever is first.
 
-The plan is a function of observed facts only. Three reads sit between the manager's writes, and each
-has its place:
+Every decision is a function of the facts as stored. Three inputs are only known between the manager's
+own I/O, and each has its place:
 
-- A preemption must be written before the loser's replicas are decided, and the proxies' reports read
-  afresh after that write (the drain protocol, docs/design/kubernetes-proxy.md). So a pass with
-  ``preemptions`` leaves the losers' Deployments alone; the reconciler then reads the reports from the API
-  server and runs the next pass at once with them (``UnitFacts.reports``): that pass, in which the losers
-  are ``Preempted``, decides their drain.
-- The status is derived from the Deployment as stored, not as applied: an apply changes its ``spec``,
-  while the phase reads the Deployment's ``status`` and whether it exists (a Deployment created by this
-  pass has an empty status: ``Pending`` either way). A newer status returned by the apply reaches the
-  store with the apply's response and brings its own watch event, hence the next pass.
-- The log tail of a container that runs but is not ready refines the loading detail; only the plan knows
-  which one it needs (``MemberAction.log``), and ``MemberAction.with_log`` folds the lines in.
+- The drain protocol (docs/design/kubernetes-proxy.md) needs the ``Preempted`` write first, then the
+  proxies' reports read afresh, then the loser's replicas. So a pass with ``preemptions`` does only them;
+  the reconciler reads the reports from the API server and runs the follow-up pass at once with them
+  (``UnitFacts.reports``) and with the same election (``UnitFacts.decided``: not held again over a group
+  whose statuses are half written). That pass applies every member, the drain decided on fresh reports.
+- The status is derived from the Deployment as stored before this pass's apply. An apply changes the
+  Deployment's ``spec``; the phase reads its ``status`` and whether it exists (one created by this pass has
+  an empty status: ``Pending`` either way). A newer status in the apply's response reaches the store
+  with it and comes with its own watch event: the next pass writes it.
+- A container that runs but is not ready says more in its log than in its state; only the plan knows
+  which log it needs (``MemberAction.log``), and ``MemberAction.with_log`` folds the lines read into the
+  status, the one status rebuilt after the plan.
 """
 
 from __future__ import annotations
@@ -215,6 +218,8 @@ class UnitPlan:
 
 @dataclass(frozen=True)
 class _Step:
+    """A member's inputs and replica plan, and its status as stored."""
+
     inputs: MemberInputs
     plan: MemberPlan
     stored: ModelStatus
@@ -228,32 +233,43 @@ def plan_unit(facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPol
     stored = {s.model.name: s for s in present if s.model is not None}
     models = [_projected(s.model, facts, policy) for s in stored.values() if s.model is not None]
     election = _held(facts.decided) if facts.decided else _election(models, facts, policy) if facts.group else None
-    preemptions: list[Preemption] = []
-    members: list[MemberAction] = []
-    after: list[Model] = []
-    for step in _steps(models, election, facts, policy, stored):
-        model, status = step.inputs.model, None
-        try:
-            manifests = _manifests(model, step.plan, facts, defaults)
-        except FlexInferError as error:
-            rejection = _rejection(stored[model.name].body, error, now)
-            rejections.append(rejection)
-            status = failed_status(step.stored, model.metadata.generation, rejection.message, now)
-        else:
-            action = _action(step, manifests, facts, policy)
-            status = action.status
-            if step.plan.preempt_now:
-                by = step.inputs.decision.preempted_by if step.inputs.decision else ""
-                preemptions.append(Preemption(model, action.patch, by, step.plan.preempted_message))
-            else:
-                members.append(action)
-        after.append(_projected(model.model_copy(update={"status": status}), facts, policy))
-    wake = next_wakeup(after, facts.leases if facts.group else (), now, policy)
-    if any(m.inputs.loading and m.inputs.loading.log_container for m in members if m.status.phase == "Loading"):
-        next_read = now + timedelta(seconds=policy.log_poll_interval)
-        wake = next_read if wake is None else min(wake, next_read)
-    return UnitPlan(now, tuple(rejections), tuple(models), tuple(preemptions), tuple(members), wake, election,
-                    _unreadable_markers(models) if facts.group is not None else ())
+    decided = [_decide(step, facts, defaults, policy, stored[step.inputs.model.name].body)
+               for step in _steps(models, election, facts, policy, stored)]
+    rejections += [d for _, d, _ in decided if isinstance(d, Rejection)]
+    preemptions = tuple(d for _, d, _ in decided if isinstance(d, Preemption))
+    # A pass that preempts does only that: the members wait for the reports read after these writes.
+    members = () if preemptions else tuple(d for _, d, _ in decided if isinstance(d, MemberAction))
+    after = [_projected(model.model_copy(update={"status": status}), facts, policy) for model, _, status in decided]
+    declared = () if facts.decided else tuple(models)  # a follow-up pass: declared by the pass that preempted
+    return UnitPlan(now, tuple(rejections), declared, preemptions, members, _wake(after, members, facts, policy),
+                    election, _unreadable_markers(models) if facts.group is not None else ())
+
+
+def _decide(step: _Step, facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPolicy,
+            body: Json) -> tuple[Model, Rejection | Preemption | MemberAction, ModelStatus]:
+    """One member's part of the plan and the status it leaves the member with."""
+    model, now = step.inputs.model, facts.now
+    try:
+        manifests = _manifests(model, step.plan, facts, defaults)
+    except FlexInferError as error:
+        rejection = _rejection(body, error, now)
+        return model, rejection, failed_status(step.stored, model.metadata.generation, rejection.message, now)
+    action = _action(step, manifests, facts, policy)
+    if not step.plan.preempt_now:
+        return model, action, action.status
+    by = step.inputs.decision.preempted_by if step.inputs.decision else ""
+    return model, Preemption(model, action.patch, by, step.plan.preempted_message), action.status
+
+
+def _wake(after: Sequence[Model], members: Sequence[MemberAction], facts: UnitFacts,
+          policy: ManagerPolicy) -> datetime | None:
+    """The next time-driven change of the unit's decisions, and the next log read while a server loads."""
+    wake = next_wakeup(after, facts.leases if facts.group else (), facts.now, policy)
+    if not any(m.status.phase == phases.LOADING and m.inputs.loading and m.inputs.loading.log_container
+               for m in members):
+        return wake
+    next_read = facts.now + timedelta(seconds=policy.log_poll_interval)
+    return next_read if wake is None else min(wake, next_read)
 
 
 def _rejection(body: Json, error: FlexInferError, now: datetime) -> Rejection:

@@ -1,17 +1,18 @@
-"""Reconciles one unit (an exclusive Model, or every member of a shared group) from the store: the shell
-around ``flexinfer.core.unit_plan``.
+"""Reconciles one unit (an exclusive Model, or every member of a shared group): the I/O shell around
+``flexinfer.core.unit_plan``.
 
-A pass reads the unit's facts from the store (``UnitFacts``), calls ``plan_unit`` once and executes the
-plan, doing only I/O: the status patches of invalid Models (phase Failed, Warning event
-``ValidationFailed``), the preemptions (Preempted status first, Normal event ``Preempted``, the preemptions
-counter), then per member the server-side apply of its Deployment and Service
-(``flexinfer.manager.applier``), the log tail the plan asks for (``MemberAction.with_log``), the status patch
-when it changed, the Warning events ``InvalidFieldIgnored`` (once per distinct message) and the lifecycle
-observations (``flexinfer.manager.lifecycle``: the instant an incumbent's Deployment was scaled to zero ends a
-swap's drain). A pass that preempts ends by reading the proxies' ``ModelDemand`` reports afresh from the API
-server (a quorum read, after the Preempted write: docs/design/kubernetes-proxy.md) and the next pass runs at
-once with them; the last pass arms the unit's timer for the next time-driven change. Called by the
-reconcile queue (``flexinfer.manager.program``).
+A pass reads the unit's facts from the store (``facts``: no API read), calls ``plan_unit`` once and executes
+the plan, each Model's writes in its own reconcile scope: the status patches of invalid Models (Warning event
+``ValidationFailed``), the preemptions (the ``Preempted`` status, the Normal event ``Preempted``, the
+preemptions counter), then per member the server-side apply of its Deployment and Service
+(``flexinfer.manager.applier``), the log tail the plan asks for (``pods/log``), the status patch when it
+changed, the Warning events ``InvalidFieldIgnored`` (once per distinct message; a status write refused
+with 422 because of such a field says so instead) and the lifecycle observations
+(``flexinfer.manager.lifecycle``, with the instant an incumbent's Deployment was scaled to zero: a swap's
+drain ends). A pass that preempts does only that; the proxies' ``ModelDemand`` reports are then read
+afresh from the API server (a quorum read after the ``Preempted`` write; the watch cache when it fails:
+docs/design/kubernetes-proxy.md) and the follow-up pass runs at once with them and the same election.
+The last pass arms the unit's timer. Called by the reconcile queue (``flexinfer.manager.program``).
 """
 
 from __future__ import annotations

@@ -102,23 +102,36 @@ def test_a_ready_incumbent_is_preempted_first_and_its_drain_decided_by_the_next_
     (preemption,) = first.preemptions
     assert (preemption.model.name, preemption.by) == ("high", "low")
     assert preemption.patch["phase"] == "Preempted" and preemption.patch["sharedGroup"]["state"] == "Preempted"
-    assert [m.model.name for m in first.members] == ["low"], "the loser's Deployment waits for the fresh reports"
-    (winner,) = first.members
-    assert winner.manifests[0]["spec"]["replicas"] == 1
-    assert ACTIVE_SERVICES_ANNOTATION in winner.manifests[1]["metadata"]["annotations"]
-    assert winner.status.activation is not None and winner.status.activation.kind == "swap"
+    assert first.members == (), "the members wait for the reports read after the Preempted write"
     assert first.election is not None and first.election.leader == "low"
 
-    after = [written(high, preemption.patch), written(low, winner.patch)]
-    facts: dict[str, Any] = {"deployments": {"high": deployment(1, 1), "low": deployment(1)}, "decided": first.election}
+    after = [written(high, preemption.patch), low]
+    facts: dict[str, Any] = {"deployments": {"high": deployment(1, 1)}, "decided": first.election}
     busy = plan(*after, group=True, reports=[report(high={"inFlightAt": rfc3339(NOW)})], **facts)
-    assert busy.preemptions == () and [m.model.name for m in busy.members] == ["high", "low"]
-    held = busy.members[0]
+    assert busy.preemptions == () and [m.model.name for m in busy.members] == ["high", "low"], "loser first"
+    held, winner = busy.members
     assert held.manifests[0]["spec"]["replicas"] == 1 and not held.stops and held.busy == ("proxy-x",)
-    assert held.patch == {} and busy.members[1].patch == {}, "the first pass wrote both statuses"
+    assert held.patch == {}, "the first pass wrote the Preempted status"
     assert busy.wake is not None and busy.wake <= NOW + timedelta(seconds=POLICY.drain_timeout) + WAKE_MARGIN
+    assert winner.manifests[0]["spec"]["replicas"] == 1 and winner.patch["sharedGroup"]["state"] == "Active"
+    assert ACTIVE_SERVICES_ANNOTATION in winner.manifests[1]["metadata"]["annotations"]
+    assert winner.status.activation is not None and winner.status.activation.kind == "swap"
     idle = plan(*after, group=True, **facts).members[0]
     assert idle.manifests[0]["spec"]["replicas"] == 0 and idle.stops and idle.busy == ()
+
+
+def test_the_follow_up_pass_keeps_the_election_of_the_pass_that_preempted() -> None:
+    high = shared("high", 200, {"phase": "Ready", "lastActiveTime": rfc3339(NOW - timedelta(seconds=1)),
+                                "sharedGroup": {"state": "Active", "groupName": "g"}})
+    low = shared("low", 100, {"lastActiveTime": rfc3339(NOW - timedelta(seconds=3))},
+                 annotations={WAITING_SINCE_ANNOTATION: rfc3339(NOW - timedelta(seconds=3))})
+    first = plan(high, low, group=True, deployments={"high": deployment(1, 1)})
+    moved_on = shared("low", 100, {"lastActiveTime": rfc3339(NOW - timedelta(seconds=3))})  # marker withdrawn
+    after = [written(high, first.preemptions[0].patch), moved_on]
+    assert plan(*after, group=True).election != first.election, "a new election would now decide otherwise"
+    kept = plan(*after, group=True, decided=first.election)
+    assert kept.election is not None and kept.election.leader == "low" and kept.preemptions == ()
+    assert kept.declared == (), "declared by the pass that preempted"
 
 
 def test_a_loading_server_asks_for_its_log_and_the_lines_refine_the_status() -> None:
