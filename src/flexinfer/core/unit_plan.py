@@ -80,7 +80,6 @@ from flexinfer.core.model_status.plan import (
     plan_member,
     swap_source,
 )
-from flexinfer.core.replicas import ReplicaContext
 
 Json = dict[str, Any]
 
@@ -308,7 +307,6 @@ def _steps(models: Sequence[Model], election: Election | None, facts: UnitFacts,
            stored: Mapping[str, StoredModel]) -> list[_Step]:
     """Each member's inputs and replica plan; the leader last (an incumbent is preempted before the winner
     is scaled up) and told which incumbent it takes the GPU from."""
-    ctx = ReplicaContext(now=facts.now)
     by_name = {m.name: m for m in models}
     steps = []
     for model in models:
@@ -318,7 +316,7 @@ def _steps(models: Sequence[Model], election: Election | None, facts: UnitFacts,
         busy = bool(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl))
         inputs = MemberInputs(model, live, decision, leader, busy=busy)
         own = stored[model.name].model
-        steps.append(_Step(inputs, plan_member(inputs, ctx, policy), own.status if own else model.status))
+        steps.append(_Step(inputs, plan_member(inputs, facts.now, policy), own.status if own else model.status))
     if election is None or election.leader is None:
         return steps
     shared = [(s.inputs.model.name, s.plan.shared) for s in steps]
@@ -339,17 +337,17 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     """The member's status from the Deployment as stored and its newest pod (see the module docstring)."""
     model, live, plan = step.inputs.model, step.inputs.deployment, step.plan
     pod = newest_pod(facts.pods.get(model.name, ()))
-    finished = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now)
+    inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now)
     ignored = _ignored(model, facts)
-    status = _status(model, finished.inputs, ignored)
-    detail = finished.inputs.loading
+    status = _status(model, inputs, ignored)
+    detail = inputs.loading
     pod_name = str(((pod or {}).get("metadata") or {}).get("name") or "")
     log = None
-    if finished.phase == phases.LOADING and detail is not None and detail.log_container and pod_name:
+    if inputs.phase == phases.LOADING and detail is not None and detail.log_container and pod_name:
         log = LogRead(pod_name, detail.log_container)
     deployment = facts.deployments.get(model.name)
     return MemberAction(
-        model, manifests, finished.inputs, status, status_patch(step.stored, status), ignored,
+        model, manifests, inputs, status, status_patch(step.stored, status), ignored,
         stops=live is not None and live.replicas > 0 and plan.replicas == 0,
         ready_at=ready_since(pod, deployment) if status.phase == phases.READY else None,
         busy=tuple(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl)), log=log,
