@@ -177,8 +177,10 @@ class MemberAction:
     manifests: tuple[Json, Json]
     """The Deployment and the Service, applied in this order."""
     inputs: StatusInputs
+    """What ``status`` was built from (``with_log`` refines the loading detail in it)."""
     status: ModelStatus
     patch: Json
+    """Merge patch from ``stored`` to ``status``; ``{}``: nothing to write."""
     ignored: IgnoredFields
     stops: bool = False
     """Its Deployment had replicas and is scaled to zero by this apply (a swap's drain ends)."""
@@ -187,7 +189,9 @@ class MemberAction:
     busy: tuple[str, ...] = ()
     """Proxies reporting requests in flight for it."""
     log: LogRead | None = None
+    """The log whose tail can refine the loading detail (a container runs but is not ready yet)."""
     stored: ModelStatus = field(default_factory=ModelStatus)
+    """The member's status as stored."""
 
     def with_log(self, lines: Sequence[str]) -> MemberAction:
         """This action with the loading detail refined by the log's newest ``lines``."""
@@ -211,6 +215,7 @@ class UnitPlan:
     members: tuple[MemberAction, ...] = ()
     wake: datetime | None = None
     election: Election | None = None
+    """The shared group's election of this pass (``None`` for an exclusive Model)."""
     unreadable_markers: tuple[tuple[str, str], ...] = ()
     """(Model key, annotation text) of wait markers that are not RFC 3339 times (ignored)."""
 
