@@ -213,6 +213,15 @@ def _applier(dispatcher: Dispatcher, catalog: ManifestCatalog, metrics: ProxyMet
     return apply
 
 
+def _warn_problems(problems: Sequence[object]) -> None:
+    """Manifest problems do not stop ``serve``: the models concerned fail when activated, the others serve."""
+    if problems:
+        log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
+                    "when activated, the others are served:", len(problems))
+    for problem in problems:
+        log.warning("%s", problem)
+
+
 async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8080,
                       env: Environment | None = None, base_dir: Path | None = None,
                       watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> LocalServer:
@@ -226,12 +235,7 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
                          queue_limit=proxy_cfg.max_queue_size, warn=warn)
     installed = SystemAvailability(path=env.get("PATH"))
-    problems = check_manifests(manifests, installed, local.engine.base_dir, every_source=True)
-    if problems:
-        log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
-                    "when activated, the others are served:", len(problems))
-    for problem in problems:
-        log.warning("%s", problem)
+    _warn_problems(check_manifests(manifests, installed, local.engine.base_dir, every_source=True))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
     flash = FlashSettings(local.flash_loader, tuple(caches))
     engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage,
