@@ -5,7 +5,8 @@ the model's flash-loader settings — ``flash``, the cluster's resolution, see `
 — enable it), picks a launch profile, spawns the server on a free loopback port in its own
 process group and returns once its health endpoint answers. A server that exits before Ready raises
 ``EngineError`` with its last output lines; cancelling ``start`` kills what it spawned. A server that
-exits after Ready is reported through ``on_exit`` (the dispatcher turns it into ``ModelCrashed``).
+exits after Ready is reported through the ``ServerReporter`` its ``start`` was given (the dispatcher turns it into
+``ModelCrashed``).
 ``stop`` is SIGTERM → grace → SIGKILL for the group; ``aclose`` does that for every child; ``hurry``
 SIGTERMs every child now and SIGKILLs it after ``close_grace`` (a second shutdown signal). With
 ``records_dir`` every child group is recorded there while it runs (``flexinfer.local.leftovers``), so a
@@ -36,7 +37,7 @@ from flexinfer.local.process import ServerProcess, describe_exit
 from flexinfer.local.profiles import Availability, LaunchPlan, SystemAvailability, plan_launch
 from flexinfer.local.readiness import NotReady, ServerExited, wait_ready
 from flexinfer.local.sources import existing_source, staging_plan
-from flexinfer.runtime.ports import Endpoint, StageReporter
+from flexinfer.runtime.ports import Endpoint, ServerReporter
 
 log = logging.getLogger(__name__)
 ERROR_TAIL_LINES = 8
@@ -73,7 +74,6 @@ class Stager(Protocol):
     async def __call__(self, model: Model, src: Path, dst: Path, config: FlashLoaderConfig) -> None: ...
 
 
-ExitListener = Callable[[Model, int], None]
 """Called with the model and its exit status when a Ready server exits without being asked to."""
 
 
@@ -95,6 +95,7 @@ class _Server:
     process: ServerProcess
     port: int
     endpoint: Endpoint
+    report: ServerReporter
     stopping: bool = False
     watcher: asyncio.Task[None] | None = None
 
@@ -103,10 +104,9 @@ class LocalEngine:
     """Starts and stops model servers as child processes (see the module docstring)."""
 
     def __init__(self, settings: LocalEngineSettings | None = None, *, stager: Stager | None = None,
-                 flash: Callable[[Model], FlashLoaderConfig] | None = None, on_exit: ExitListener | None = None,
+                 flash: Callable[[Model], FlashLoaderConfig] | None = None,
                  installed: Availability | None = None, gpus: GpuInventory | None = None) -> None:
         self.settings = settings or LocalEngineSettings()
-        self.on_exit = on_exit
         self._stager = stager
         self.flash = flash or FlashSettings()
         """The flash-loader settings of a model (``FlashSettings``: environment defaults, ModelCaches)."""
@@ -123,7 +123,7 @@ class LocalEngine:
 
     # ------------------------------------------------------------ Engine port
 
-    async def start(self, model: Model, report: StageReporter) -> Endpoint:
+    async def start(self, model: Model, report: ServerReporter) -> Endpoint:
         """Start ``model``'s server and return its endpoint once Ready (see the module docstring)."""
         if self._closed:
             raise EngineError(f"model {model.key}: the local engine is shutting down")
@@ -206,7 +206,7 @@ class LocalEngine:
 
     # ------------------------------------------------------------ internals
 
-    async def _weights(self, model: Model, report: StageReporter) -> Path:
+    async def _weights(self, model: Model, report: ServerReporter) -> Path:
         """The path the server loads: the ``file://`` source, or its staged tmpfs copy."""
         src = existing_source(model, self.settings.base_dir)
         config = self.flash(model)
@@ -215,7 +215,7 @@ class LocalEngine:
         if self._stager is None:
             raise EngineError(f"model {model.key}: the flash-loader is enabled but this engine has no stager")
         plan = staging_plan(model, src, self.settings.shm_root)
-        report("staging")
+        report.stage("staging")
         try:
             await self._stager(model, plan.src, plan.dst, config)
         except StagingError as exc:
@@ -224,8 +224,8 @@ class LocalEngine:
         return plan.served_path
 
     async def _launch(self, model: Model, plan: LaunchPlan, env: Mapping[str, str], port: int,
-                      report: StageReporter) -> Endpoint:
-        report("server_start")
+                      report: ServerReporter) -> Endpoint:
+        report.stage("server_start")
         token = ProcessRecords.new_token()
         process = await ServerProcess.spawn(plan.argv, {**env, TOKEN_VARIABLE: token}, self.logs.get(model.key))
         self._children.add(process)
@@ -236,13 +236,13 @@ class LocalEngine:
         timeout = start_timeout(model, self.settings.start_timeout)
         try:
             await wait_ready(self.settings.host, port, plan.health_path, timeout=timeout, exited=process.exited,
-                             on_connected=lambda: report("health"))
+                             on_connected=lambda: report.stage("health"))
         except BaseException as exc:
             process.kill()
             await self._forget(process)
             raise self._start_error(model, plan, port, timeout, process, exc=exc) from None
         host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
-        server = _Server(model, process, port, Endpoint(f"http://{host}:{port}"))
+        server = _Server(model, process, port, Endpoint(f"http://{host}:{port}"), report)
         server.watcher = asyncio.create_task(self._watch(server), name=f"watch-{model.key}")
         self._servers[model.key] = server
         return server.endpoint
@@ -272,8 +272,7 @@ class LocalEngine:
         server.process.kill()
         await self._forget(server.process)
         self._ports.release(server.port)
-        if self.on_exit is not None:
-            self.on_exit(server.model, code)
+        server.report.exited(f"model server exited with {describe_exit(code)}")
 
     async def _terminate(self, process: ServerProcess, grace: float) -> None:
         await process.terminate(grace)
