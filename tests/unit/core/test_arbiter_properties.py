@@ -10,6 +10,7 @@ gives the same effects (wake-ups aside: never later) and ends in the same state.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -101,10 +102,11 @@ def _state(arbiter: Arbiter) -> tuple[Any, ...]:
     return slots, dict(arbiter.tickets), dict(arbiter.next_up), arbiter.shutting_down
 
 
-def run(script: list[tuple[str, object]], delays: dict[str, float], cls: type[Checked] = Checked) -> Checked:
+def run(script: list[tuple[str, object]], delays: dict[str, float], cls: type[Checked] = Checked,
+        policy: ArbiterPolicy = POLICY) -> Checked:
     h = cls.__new__(cls)
     h.holding = set()  # type: ignore[attr-defined]
-    cls.__init__(h, MODELS, POLICY, start_delay=delays, stop_delay=S)
+    cls.__init__(h, MODELS, policy, start_delay=delays, stop_delay=S)
     for op, arg in script:
         tickets = sorted(set(h.arrived) - h.finished - h.cancelled)
         if op == "request":
@@ -186,13 +188,14 @@ late_ops = st.lists(st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=st.one_of(ops, busy_ops, late_ops), delays=delays_st)
+@given(script=st.one_of(ops, busy_ops, late_ops), delays=delays_st,
+       owns_scaling=st.booleans())
 @example(script=[("request", "d"), ("advance", 5.0), ("finish", 0), ("request", "a"), ("advance", 5.0),
                  ("late", 30.0), ("request", "a")],  # d's idle timeout is due when a request for a arrives
-         delays={f"default/{n}": 1.0 for n in NAMES})
+         delays={f"default/{n}": 1.0 for n in NAMES}, owns_scaling=True)
 def test_express_lane_gives_the_same_effects_and_state_as_handle(
-        script: list[tuple[str, object]], delays: dict[str, float]) -> None:
-    h = run(script, delays, Twin)
+        script: list[tuple[str, object]], delays: dict[str, float], owns_scaling: bool) -> None:
+    h = run(script, delays, Twin, dataclasses.replace(POLICY, owns_scaling=owns_scaling))
     quiesce(h)
     h.send(ev.Shutdown())
     h.advance(POLICY.drain_timeout + 2 * S)

@@ -105,7 +105,7 @@ class Arbiter:
         slot = self.slots[ticket.model]
         if ticket_id not in slot.in_flight:
             return None
-        idle_end = slot.idle_deadline_after_last(now) if len(slot.in_flight) == 1 else None
+        idle_end = slot.idle_deadline_after_last(now, self.policy) if len(slot.in_flight) == 1 else None
         if idle_end is not None and idle_end <= now:
             return None
         del self.tickets[ticket_id]

@@ -169,9 +169,9 @@ class Slot:
         base = max(t for t in (self.last_active, self.ready_since) if t is not None)
         return base + idle_timeout_seconds(self.model)
 
-    def idle_deadline_after_last(self, now: float) -> float | None:
+    def idle_deadline_after_last(self, now: float, policy: ArbiterPolicy) -> float | None:
         """``idle_deadline`` once the last in-flight request ends at ``now`` (the express lane's look-ahead)."""
-        if not self.servable or self.queue or self.pinned():
+        if not policy.owns_scaling or not self.servable or self.queue or self.pinned(policy):
             return None
         return max(now, self.ready_since or now) + idle_timeout_seconds(self.model)
 
