@@ -25,12 +25,8 @@ from flexinfer.proxy.hooks import RequestTrace
 from flexinfer.proxy.request_ids import REQUEST_ID_HEADER
 from flexinfer.proxy.streaming import Reply
 from flexinfer.proxy.upstream_errors import MAX_ERROR_BODY, UpstreamStatusError, upstream_error
-from flexinfer.proxy.upstream_http import (
-    UpstreamBodyError,
-    UpstreamConnectionError,
-    UpstreamPool,
-    UpstreamResponse,
-)
+from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError, UpstreamResponse
+from flexinfer.proxy.upstream_pool import UpstreamPool
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",

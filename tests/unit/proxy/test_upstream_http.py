@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError, UpstreamPool
+from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError
+from flexinfer.proxy.upstream_pool import UpstreamPool
 from support.polling import eventually
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Upstream"], Awaitable[None]]
