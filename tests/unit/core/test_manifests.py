@@ -219,6 +219,17 @@ def test_startup_timeout_sets_the_probe_budget() -> None:
     assert main["startupProbe"]["failureThreshold"] * main["startupProbe"]["periodSeconds"] == 1800
 
 
+def test_the_startup_probe_asks_every_second_within_the_default_budget() -> None:
+    """A server that listens 0.1 s after it starts is seen started about a second later, not one long readiness
+    period later; a slow big model still gets the whole default budget (15 minutes) before the kubelet kills it."""
+    main = container(render()[0])
+    startup, readiness = main["startupProbe"], main["readinessProbe"]
+    assert startup["periodSeconds"] == 1 and startup["failureThreshold"] == 900
+    assert readiness["periodSeconds"] <= 2
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] >= 30  # a busy server is not dropped
+    assert "livenessProbe" not in main
+
+
 def test_replicas_and_multi_replica_spread() -> None:
     one, _ = render(replicas=0)
     assert one["spec"]["replicas"] == 0 and "affinity" not in pod(one)
