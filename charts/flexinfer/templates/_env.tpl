@@ -112,6 +112,8 @@ and DEFAULT_MODEL_IMAGE_PULL_POLICY) only when set. */}}
   value: {{ .timeouts.queue | quote }}
 - name: PROXY_COLD_START_TIMEOUT
   value: {{ .timeouts.coldStart | quote }}
+- name: PROXY_STALL_TIMEOUT
+  value: {{ .timeouts.stall | quote }}
 - name: PROXY_MAX_QUEUE_SIZE
   value: {{ .maxQueueSize | quote }}
 {{- if .allNamespaces }}

@@ -252,6 +252,7 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
         "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
         "PROXY_QUEUE_TIMEOUT": "10m",
         "PROXY_COLD_START_TIMEOUT": "10m",
+        "PROXY_STALL_TIMEOUT": "2m",
         "PROXY_MAX_QUEUE_SIZE": "100",
         **LOG_ENV,
         "FLEXINFER_ACCESS_LOG": "true",

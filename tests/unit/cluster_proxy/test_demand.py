@@ -15,7 +15,7 @@ import pytest
 
 from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
 from flexinfer.api.model import Model
-from flexinfer.cluster_proxy.demand import DemandSignal, KubeEngine, rfc3339
+from flexinfer.cluster_proxy.demand import STALL_AFTER, DemandSignal, KubeEngine, rfc3339
 from flexinfer.cluster_proxy.demand_report import DemandReport
 from flexinfer.cluster_proxy.model_api import KubeApiError
 from flexinfer.cluster_proxy.model_watch import ModelStore, ModelWatcher
@@ -48,9 +48,10 @@ class Cluster:
         self.report = DemandReport(api, "proxy-a", now=clock.now, clock=clock.mono)
         self.demand = DemandSignal(self.report, store, now=clock.now, clock=clock.mono, retry_delay=0.0)
 
-    def engine(self, override: bool = False, now: Callable[[], datetime] | None = None) -> KubeEngine:
+    def engine(self, override: bool = False, now: Callable[[], datetime] | None = None,
+               stall_after: float = STALL_AFTER) -> KubeEngine:
         return KubeEngine(self.store, self.demand, endpoint_override=override, cold_start_timeout=5.0,
-                          now=now or self.clock.now)
+                          stall_after=stall_after, now=now or self.clock.now)
 
     def model(self, name: str = "m") -> Model:
         found = self.store.get(f"default/{name}")
@@ -212,6 +213,15 @@ async def test_a_stalled_load_fails_when_its_deadline_passes() -> None:
         with pytest.raises(EngineError, match=r"stalled.*shard 3/8"):
             await c.engine(now=moving_now).start(c.model(), no_report)
         assert time.monotonic() - started < 2
+
+
+async def test_the_stall_deadline_is_the_configured_one() -> None:
+    """``PROXY_STALL_TIMEOUT`` (here 10 s): a load without progress for 10 s is stalled, long before 120 s."""
+    doc = model_body("m", phase="Loading")
+    doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=10.5)))
+    async with cluster(doc) as c:
+        with pytest.raises(EngineError, match="stalled"):
+            await asyncio.wait_for(c.engine(stall_after=10.0).start(c.model(), no_report), 2)
 
 
 async def test_progress_moves_the_stall_deadline() -> None:
