@@ -54,6 +54,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "Comma-separated path prefixes the flash-loader skips (always plus .cache/ and .git/)."),
     EnvVar("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "",
            "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty = no limit).", Kind.QUANTITY, FALLBACK),
+    EnvVar("DEFAULT_FLASH_LOADER_MAX_RATE", "",
+           "Largest copy rate of each flash-loader, bytes per second (quantity, e.g. 200Mi; empty = unlimited).",
+           Kind.QUANTITY, FALLBACK),
     EnvVar("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
            "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
     EnvVar("DEFAULT_MODEL_IMAGE_PULL_POLICY", DEFAULT_MODEL_IMAGE_PULL_POLICY,
@@ -72,6 +75,7 @@ class FlashLoaderDefaults:
     verify_integrity: bool = False
     exclude_patterns: str = ""
     tmpfs_size_limit: str | None = None
+    max_rate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,4 +127,5 @@ def flash_loader_defaults(env: Mapping[str, str], *, warn: Warn | None = None) -
         verify_integrity=reader.flag("DEFAULT_FLASH_LOADER_VERIFY", False, FALLBACK),
         exclude_patterns=reader.text("DEFAULT_FLASH_LOADER_EXCLUDE"),
         tmpfs_size_limit=reader.quantity("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", None, FALLBACK),
+        max_rate=reader.quantity("DEFAULT_FLASH_LOADER_MAX_RATE", None, FALLBACK),
     )

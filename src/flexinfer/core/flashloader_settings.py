@@ -44,6 +44,8 @@ class FlashLoaderConfig:
     verify_integrity: bool
     exclude_patterns: str
     tmpfs_size_limit: str | None
+    max_rate: str | None = None
+    """Copy rate cap (``FLASH_MAX_RATE``), controller-wide only; ``None`` = unlimited."""
 
 
 def cache_matches_model(cache: ModelCache, model: Model) -> bool:
@@ -74,7 +76,7 @@ def resolve_flash_loader(
     config = FlashLoaderConfig(
         enabled=env.enabled, image=env.image, concurrency=env.concurrency, buffer_size_kb=env.buffer_size_kb,
         verify_integrity=env.verify_integrity, exclude_patterns=env.exclude_patterns,
-        tmpfs_size_limit=env.tmpfs_size_limit,
+        tmpfs_size_limit=env.tmpfs_size_limit, max_rate=env.max_rate,
     )
     cache = matching_model_cache(model, caches)
     if cache is not None:

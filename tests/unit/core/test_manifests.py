@@ -87,6 +87,11 @@ def test_flash_loader_for_shared_local_model() -> None:
     assert volumes(deployment)["model"]["hostPath"]["path"] == "/var/lib/flexinfer/models/ml/m"
 
 
+def test_the_controller_rate_cap_reaches_the_flash_loader() -> None:
+    deployment, _ = render(env={"DEFAULT_FLASH_LOADER_MAX_RATE": "200Mi"}, **AMD_SHARED_LOCAL)
+    assert env_of(deployment, "flash-loader")["FLASH_MAX_RATE"] == "200Mi"
+
+
 def test_fp16_variant_only_for_the_string_one() -> None:
     deployment, _ = render(config={"useFp16": 1}, **AMD_SHARED_LOCAL)
     assert env_of(deployment, "flash-loader")["FLASH_VARIANT"] == ""

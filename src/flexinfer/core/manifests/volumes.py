@@ -110,11 +110,13 @@ def flash_loader_container(model: Model, config: FlashLoaderConfig) -> Json:
 
 def _flash_env(model: Model, config: FlashLoaderConfig) -> list[Json]:
     variant = "fp16" if model.spec.config.get("useFp16") == "1" else ""
-    pairs = (
+    pairs = [
         (conventions.FLASH_SRC, FLASH_SRC_MOUNT), (conventions.FLASH_DST, MODEL_MOUNT),
         (conventions.FLASH_CONCURRENCY, str(config.concurrency)),
         (conventions.FLASH_BUFFER_KB, str(config.buffer_size_kb)),
         (conventions.FLASH_VERIFY, "true" if config.verify_integrity else "false"),
         (conventions.FLASH_EXCLUDE, config.exclude_patterns), (conventions.FLASH_VARIANT, variant),
-    )
+    ]
+    if config.max_rate:
+        pairs.append((conventions.FLASH_MAX_RATE, config.max_rate))
     return [{"name": name, "value": value} for name, value in pairs]
