@@ -38,6 +38,9 @@ from support import real_node
 from support.helm_chart import CHART_DIR, pinned_helm
 from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, ApiWatch, RealNode, wait_for
 
+IDLE_TIMEOUT = "15s"
+"""Both Models idle out this long after their last request, so every round starts with no model server running
+(and nothing counts as demand for a model nobody asked for since)."""
 STAGES = ("decision", "pod created", "scheduled", "container running", "server listening", "pod Ready",
           "Model Ready", "reply")
 
@@ -102,18 +105,16 @@ def setup(node: RealNode) -> str:
              "--wait", "--timeout", "300s", timeout=330)
     real_node.create_weights(node)
     node.apply(real_node.shared_models_manifest())
+    for model in ("tiny-a", "tiny-b"):
+        node.kubectl("patch", "mdl", model, "-n", NAMESPACE, "--type", "merge", "-p",
+                     json.dumps({"spec": {"serverless": {"idleTimeout": IDLE_TIMEOUT}}}))
     ip = node.get("service", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["clusterIP"]
     return f"http://{ip}"
 
 
 def idle(node: RealNode) -> None:
-    for model in ("tiny-a", "tiny-b"):
-        node.kubectl("patch", "mdl", model, "-n", NAMESPACE, "--type", "merge", "-p",
-                     '{"spec": {"serverless": {"idleTimeout": "1s"}}}')
+    """Until both Models idled out (``IDLE_TIMEOUT``) and their pods are gone."""
     wait_for(lambda: not node.get("pods", "-n", NAMESPACE, "-l", "flexinfer.ai/model")["items"], 180, "no model pods")
-    for model in ("tiny-a", "tiny-b"):
-        node.kubectl("patch", "mdl", model, "-n", NAMESPACE, "--type", "merge", "-p",
-                     '{"spec": {"serverless": {"idleTimeout": "10m"}}}')
 
 
 def main() -> int:
