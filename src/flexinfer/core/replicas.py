@@ -12,6 +12,7 @@ from typing import Final
 
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
+from flexinfer.core.phases import COND_READY, READY, find_condition
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Backend default idle timeout for LLM backends (5 m)."""
@@ -44,6 +45,9 @@ class ReplicaContext:
     warm_primary_allowed: bool = True
     """False when the node runs pipeline pods or is in gaming mode (the warm-primary exceptions)."""
     kv_cache_evicted: bool = False
+    in_flight: bool = False
+    """A proxy reports requests in flight to the model (``flexinfer.core.model_status.plan.busy_proxies``): it is
+    not idle, whatever its ``lastActiveTime`` says."""
 
 
 def desired_replicas(model: Model, ctx: ReplicaContext) -> int:
@@ -51,7 +55,9 @@ def desired_replicas(model: Model, ctx: ReplicaContext) -> int:
 
     KV-cache evicted → 0; shared and not Active in its group → 0; not serverless → 1; no
     ``lastActiveTime`` → minReplicas (warm primary → 1); Loading → 1 (never reap mid-load); idle past
-    the idle timeout → minReplicas; else max(1, minReplicas).
+    the idle timeout → minReplicas; else max(1, minReplicas). Idle counts from the last activity or from
+    when the model became Ready, whichever is later (the requests that woke it were waiting all along), and
+    never while a proxy reports requests in flight to it.
     """
     status = model.status
     if ctx.kv_cache_evicted:
@@ -66,8 +72,11 @@ def desired_replicas(model: Model, ctx: ReplicaContext) -> int:
         return floor
     if status.phase == "Loading":
         return 1
-    idle = (ctx.now - status.last_active_time).total_seconds()
-    if idle > idle_timeout_seconds(model):
+    idle_since = status.last_active_time
+    ready = find_condition(status.conditions, COND_READY) if status.phase == READY else None
+    if ready is not None and ready.status == "True" and ready.last_transition_time is not None:
+        idle_since = max(idle_since, ready.last_transition_time)
+    if not ctx.in_flight and (ctx.now - idle_since).total_seconds() > idle_timeout_seconds(model):
         return floor
     return max(1, floor)
 

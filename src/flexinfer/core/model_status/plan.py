@@ -77,9 +77,9 @@ class MemberPlan:
     draining_until: datetime | None = None
 
 
-def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> list[str]:
-    """Proxies reporting in-flight requests for the model, refreshed within ``ttl`` seconds."""
-    busy = []
+def inflight_refreshes(annotations: Mapping[str, str]) -> dict[str, datetime]:
+    """Each proxy's last refresh of its in-flight report for the model (unparsable values are ignored)."""
+    out: dict[str, datetime] = {}
     for key, value in annotations.items():
         if not key.startswith(INFLIGHT_PREFIX):
             continue
@@ -87,9 +87,15 @@ def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> l
             seen = datetime.fromisoformat(value.strip())
         except ValueError:
             continue
-        if seen.tzinfo is not None and (now - seen).total_seconds() < ttl:
-            busy.append(key[len(INFLIGHT_PREFIX):])
-    return sorted(busy)
+        if seen.tzinfo is not None:
+            out[key[len(INFLIGHT_PREFIX):]] = seen
+    return out
+
+
+def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> list[str]:
+    """Proxies reporting in-flight requests for the model, refreshed within ``ttl`` seconds."""
+    refreshes = inflight_refreshes(annotations)
+    return sorted(proxy for proxy, seen in refreshes.items() if (now - seen).total_seconds() < ttl)
 
 
 def _preempted_message(decision: MemberDecision, leader: Model | None) -> str:
@@ -112,6 +118,7 @@ def shared_status(model: Model, decision: MemberDecision, now: datetime) -> Shar
 def plan_member(inputs: MemberInputs, ctx: ReplicaContext, policy: ManagerPolicy) -> MemberPlan:
     """Replicas to apply and the member's shared-group status (spec §3.2, §3.5 + the drain gate)."""
     model, decision = inputs.model, inputs.decision
+    ctx = replace(ctx, in_flight=inputs.busy)
     if decision is None or model.group is None:
         return MemberPlan(desired_replicas(model, ctx), None)
     shared = shared_status(model, decision, ctx.now)
@@ -198,6 +205,11 @@ def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:
         windows.append(Member.from_model(model, default_cold_start_timeout=policy.election.default_cold_start_timeout)
                        .cold_start_timeout)
         out.extend(last + timedelta(seconds=w) for w in windows)
+    ready = phases.find_condition(model.status.conditions, phases.COND_READY)
+    if model.status.phase == phases.READY and ready is not None and ready.last_transition_time is not None:
+        out.append(ready.last_transition_time + timedelta(seconds=idle_timeout_seconds(model)))
+    out.extend(seen + timedelta(seconds=policy.busy_ttl)
+               for seen in inflight_refreshes(model.metadata.annotations).values())
     if shared is not None and shared.preempted_at is not None:
         out.append(shared.preempted_at + timedelta(seconds=policy.drain_timeout))
     waiting = waiting_since_of(model)
