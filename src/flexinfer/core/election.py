@@ -154,7 +154,7 @@ def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPoli
     cooldown = group_cooldown(members, policy)
     if any(_within(now, m.preempted_at, cooldown) for m in members):
         active = next((m for m in members if m.state == "Active"), None)
-        if active is not None:
+        if active is not None and not (active.phase != READY and _lapsed(active, now)):
             return active, "swap_cooldown"
     loading = best(m for m in members if m.state == "Active" and m.phase in ("Pending", "Loading")
                    and _within(now, m.last_active, max(policy.recent_window, m.cold_start_timeout)))
@@ -174,7 +174,9 @@ def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) 
 
 def _lapsed(m: Member, now: datetime) -> bool:
     """No request waits for the member and its own idle timeout has passed since its last activity: its demand
-    is over (the manager scales such a member to zero), however recent the election's windows call it."""
+    is over (the manager scales such a member to zero), however recent the election's windows call it. Such a
+    member, once no longer Ready, is not demand, not recent, and not held by the swap cooldown (an empty card
+    cannot thrash)."""
     return m.waiting_since is None and m.idle_timeout is not None and not _within(now, m.last_active, m.idle_timeout)
 
 

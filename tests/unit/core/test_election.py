@@ -79,6 +79,11 @@ def test_a_member_idle_past_its_own_timeout_is_not_restarted_ahead_of_a_waiting_
     assert elect([replace(lapsed, idle_timeout=600), waiting], NOW, GO).leader == "tiny-b", "still warm: Go order"
     ready = m("r", phase="Ready", state="Active", priority=100, last_active=ago(200))
     assert elect([ready, lapsed], NOW, GO).leader == "r", "a lapsed member is no demand against a Ready one"
+    # Right after a swap (cooldown running), the winner served its request and idled out: the card is empty.
+    leader = replace(lapsed, state="Active")
+    loser = replace(waiting, phase="Preempted", state="Preempted", preempted_at=ago(60))
+    assert elect([leader, loser], NOW, GO).leader == "tiny-a"
+    assert elect([replace(leader, phase="Ready"), loser], NOW, GO).reason == "swap_cooldown", "still serving"
     assert elect([ready, replace(lapsed, idle_timeout=None)], NOW, GO).reason == "demand_preemption"
 
 
