@@ -18,7 +18,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
+import hypothesis  # noqa: F401  (see below)
 import pytest
+
+# hypothesis is imported here, at start-up, not lazily by its plugin's end-of-session summary: CPython 3.11.7
+# raises "SystemError: AST constructor recursion depth mismatch" from pytest's assertion rewriter when that late
+# import runs after some integration tests (CPython gh-106905, fixed in 3.11.8), failing a green session.
 
 # Threads that libraries start once per process and keep for its lifetime; they are not a test's to stop.
 LONG_LIVED_THREAD_PREFIXES = (

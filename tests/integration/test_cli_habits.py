@@ -49,7 +49,7 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
 def test_ps_load_unload(serve: ServeProcess) -> None:
     url = ["--url", serve.url]
     assert "WARNING flexinfer.serve: skipped " in serve.log  # serve leaves other kinds out, naming them
-    assert "notes.yaml:2: kind: ConfigMap (v1) is not a FlexInfer kind" in serve.log
+    assert "notes.yaml:2:1: kind: ConfigMap (v1) is not a FlexInfer kind" in serve.log
     loaded = cli("load", "left", *url)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.startswith("default/left: Ready at http://127.0.0.1:")

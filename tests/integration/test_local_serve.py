@@ -201,3 +201,44 @@ async def test_flash_loader_stages_weights_before_the_server_starts(tmp_path: Pa
     finally:
         await server.close()
     assert server.engine.child_pids == []
+
+
+async def test_a_model_cache_beside_the_models_decides_how_serve_stages(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The ModelCache manifests in the served directory are a flash-loader layer, matched as the manager
+    matches them (``<model>-cache`` or the model's name): one enables staging with its concurrency and tmpfs
+    limit, one's limit is too small (the model refuses to start), a model without one is not staged."""
+    from flexinfer.api.key import ModelKey
+    from flexinfer.assembly.local import start_local
+    from support.local_processes import stub_command
+
+    weights = tmp_path / "weights" / "model.gguf"
+    weights.parent.mkdir()
+    weights.write_bytes(os.urandom(1 << 20))
+    models = [model_manifest(name, weights, None, {"command": stub_command()}) for name in ("roomy", "tight", "plain")]
+    caches = [{"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelCache", "metadata": {"name": name},
+               "spec": {"source": weights.resolve().as_uri(), "flashLoader": flash}}
+              for name, flash in (("roomy-cache", {"enabled": True, "concurrency": 1, "tmpfsSizeLimit": "64Mi"}),
+                                  ("tight", {"enabled": True, "tmpfsSizeLimit": "1Mi"}))]
+    write_manifests(tmp_path / "models" / "caches.yaml", caches)
+    manifests = write_manifests(tmp_path / "models" / "models.yaml", models).parent
+    env = serve_env(tmp_path / "state", FLEXINFER_SHM_ROOT=str(tmp_path / "shm"))
+    caplog.set_level("INFO", logger="flexinfer.serve")
+    server = await start_local([manifests], host="127.0.0.1", port=0, env=env, watch_interval=None)
+    try:
+        phases = [await server.dispatcher.preload(ModelKey("default", name), wait=True, timeout=60)
+                  for name in ("roomy", "tight", "plain")]
+        assert phases == ["Ready", "Failed", "Ready"]
+        assert (tmp_path / "shm" / "default" / "roomy" / "model.gguf").read_bytes() == weights.read_bytes()
+        messages = [r.getMessage() for r in caplog.records if r.name == "flexinfer.serve"]
+        staged = [message for message in messages if ": staged " in message]
+        assert len(staged) == 1 and "default/roomy" in staged[0], staged
+        assert "with concurrency 1," in staged[0] and "tmpfs limit 64Mi" in staged[0], staged
+        error = server.dispatcher.state(ModelKey("default", "tight")).last_error or ""
+        assert "insufficient tmpfs space" in error and "(tmpfsSizeLimit 1Mi)" in error, error
+        assert not (tmp_path / "shm" / "default" / "plain").exists()
+        lines = server.engine.logs.tail("default/plain") or []
+        assert any(f"--model {weights.resolve()}" in line for line in lines), lines
+    finally:
+        await server.close()
+    assert server.engine.child_pids == []

@@ -3,6 +3,7 @@ and the process-fault stub in tests/unit/local), a liveness check for process id
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -45,10 +46,16 @@ def alive(pid: int) -> bool:
 
 
 class Stages:
-    """A StageReporter that records the stages it was told."""
+    """A ``ServerReporter`` that records the stages and exits it was told."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.exits: list[str] = []
+        self.exited_event = asyncio.Event()
 
-    def __call__(self, stage: str) -> None:
+    def stage(self, stage: str) -> None:
         self.seen.append(stage)
+
+    def exited(self, reason: str) -> None:
+        self.exits.append(reason)
+        self.exited_event.set()

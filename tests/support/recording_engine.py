@@ -16,7 +16,7 @@ from typing import Any
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.errors import EngineError
-from flexinfer.runtime.ports import Endpoint, StageReporter
+from flexinfer.runtime.ports import Endpoint, ServerReporter
 
 
 @dataclass
@@ -42,12 +42,12 @@ class RecordingEngine:
     def fail_next(self, key: str, message: str = "boom", times: int = 1) -> None:
         self._failures[key].extend([message] * times)
 
-    async def start(self, model: Model, report: StageReporter) -> Endpoint:
+    async def start(self, model: Model, report: ServerReporter) -> Endpoint:
         key = model.key
         self._record("start", key)
         try:
             for stage in self.stages:
-                report(stage)
+                report.stage(stage)
             gate = self._gates.get(key)
             if gate is not None:
                 await gate.wait()

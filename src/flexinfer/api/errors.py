@@ -15,20 +15,23 @@ class FlexInferError(Exception):
 
 @dataclass(frozen=True)
 class FieldProblem:
-    """One validation problem: where (file, document index or 1-based line, field path) and what.
+    """One validation problem: where (file, document index or 1-based line and column, field path) and what.
 
-    Printed ``file:line: path: message`` when the line is known, else ``file[doc i]: path: message``."""
+    Printed ``file:line:column: path: message`` when the position is known (the form editors and CI problem
+    matchers jump to), ``file:line: path: message`` with a line only, else ``file[doc i]: path: message``."""
 
     path: str
     message: str
     source: str = ""
     document: int | None = None
     line: int | None = None
+    column: int | None = None
 
     def __str__(self) -> str:
         where = self.source
         if self.line is not None:
-            where = f"{where}:{self.line}" if where else f"line {self.line}"
+            at = f"{self.line}:{self.column}" if self.column is not None else str(self.line)
+            where = f"{where}:{at}" if where else f"line {at}"
         elif self.document is not None:
             where = f"{where}[doc {self.document}]" if where else f"doc {self.document}"
         prefix = f"{where}: " if where else ""

@@ -1,13 +1,15 @@
-"""Turning YAML/JSON documents into typed resources, with every problem named by file, line and field.
+"""Turning YAML/JSON documents into typed resources, with every problem named by file, line, column and field.
 
 ``parse_resource`` is the single entry point for a dict (the operator uses it for watched objects);
-``load_manifests`` reads files and directories of multi-document YAML into ``Manifest`` records that remember
-where each field was written (the YAML composer's node marks), so later checks (``flexinfer.local.validation``)
-name the file and line too; ``load_paths`` is the same without the records (the CLI, the local engine).
-``parse_stored`` is for objects the API server
-already holds (the manager's and the proxy's watches): a quantity or duration FlexInfer cannot parse —
-written before the CRD carried its ``pattern`` — is dropped, so the next layer or the default applies, and
-returned as a problem to report; every other problem still raises.
+``load_manifests`` reads files and directories of multi-document YAML into ``Manifest`` records that remember where
+each field was written (``node_positions``: the YAML composer's node marks, as 1-based line and column), so every
+problem — a pydantic error's ``loc``, a cross-field rule, a later check (``flexinfer.local.validation``) — is
+printed ``file:line:column: field: message`` (``position_of``: the field's key, a list item's first character, or
+for a missing field the key of the mapping that lacks it; a document's schema problems in file order). ``flexinfer
+validate``, ``render`` and ``serve`` all load through here. ``load_paths`` is the same without the records.
+``parse_stored`` is for objects the API server already holds (the manager's and the proxy's watches): a quantity or
+duration FlexInfer cannot parse — written before the CRD carried its ``pattern`` — is dropped, so the next layer or
+the default applies, and returned as a problem to report; every other problem still raises.
 
 A path ``-`` reads standard input. A ``kind: List`` document (``kubectl get -o yaml``) contributes its
 ``items``. An object of a kind outside ``ai.flexinfer`` (a ConfigMap kept beside the manifests) is an error
@@ -51,8 +53,10 @@ STDIN = "-"
 SKIP_HINT = "--skip-unknown-kinds leaves out objects of other kinds"
 
 
-Lines = Mapping[tuple[str, ...], int]
-"""1-based line of each field, by path parts (``("spec", "gpu", "priority")``; list items by index)."""
+Position = tuple[int, int]
+"""1-based (line, column) in a manifest file."""
+Positions = Mapping[tuple[str, ...], Position]
+"""Where each field was written, by path parts (``("spec", "gpu", "priority")``; list items by index)."""
 
 
 @dataclass(frozen=True)
@@ -62,20 +66,17 @@ class Manifest:
     resource: Resource
     source: str = ""
     document: int | None = None
-    lines: Lines = field(default_factory=dict)
-
-    def line(self, path: str) -> int | None:
-        """The line of the field at ``path`` (or of its nearest written parent)."""
-        return line_of(self.lines, path)
+    positions: Positions = field(default_factory=dict)
 
     def where(self, path: str = "") -> str:
-        """``file:line`` (or ``file[doc i]``) of the field at ``path``, for messages naming another manifest."""
-        return str(FieldProblem("", "", self.source, self.document, self.line(path))).rstrip(": ")
+        """``file:line:column`` (or ``file[doc i]``) of the field at ``path``, for messages naming another
+        manifest."""
+        return str(self.problem(path, "", shown_path="")).rstrip(": ")
 
     def problem(self, path: str, message: str, *, shown_path: str | None = None) -> FieldProblem:
         """A problem located at ``path`` (printed with ``shown_path`` instead when given, e.g. ``""``)."""
-        return FieldProblem(path if shown_path is None else shown_path, message, self.source, self.document,
-                            self.line(path))
+        return located(FieldProblem(path if shown_path is None else shown_path, message, self.source, self.document),
+                       self.positions, path)
 
 
 def path_parts(path: str) -> tuple[str, ...]:
@@ -83,19 +84,38 @@ def path_parts(path: str) -> tuple[str, ...]:
     return tuple(bracketed or plain for bracketed, plain in re.findall(r"\[([^\]]*)\]|([^.\[\]]+)", path))
 
 
-def line_of(lines: Lines, path: str) -> int | None:
-    """The line of ``path`` or, for a missing field, of the nearest parent that is written."""
-    parts = path_parts(path)
-    while parts not in lines:
+def loc_parts(loc: tuple[int | str, ...]) -> tuple[str, ...]:
+    """A pydantic error location as path parts (``("spec", "tolerations", 0)`` → ``("spec", "tolerations", "0")``)."""
+    return tuple(str(part) for part in loc)
+
+
+def position_of(positions: Positions, path: str | tuple[str, ...]) -> Position | None:
+    """Where the field at ``path`` (a printed path, or path parts) was written or, for a missing field, where
+    the nearest written parent was: the key of the mapping that lacks it, or the list item."""
+    parts = path_parts(path) if isinstance(path, str) else path
+    while parts not in positions:
         if not parts:
             return None
         parts = parts[:-1]
-    return lines[parts]
+    return positions[parts]
 
 
-def node_lines(node: yaml.Node) -> dict[tuple[str, ...], int]:
-    """The 1-based line of every mapping key and sequence item under ``node``."""
-    lines: dict[tuple[str, ...], int] = {(): node.start_mark.line + 1}
+def located(problem: FieldProblem, positions: Positions | None,
+            path: str | tuple[str, ...] | None = None) -> FieldProblem:
+    """``problem`` with the line and column of ``path`` (default: the problem's own path), when known."""
+    position = position_of(positions, problem.path if path is None else path) if positions else None
+    if position is None:
+        return problem
+    return dataclasses.replace(problem, line=position[0], column=position[1])
+
+
+def _position(mark: yaml.Mark) -> Position:
+    return mark.line + 1, mark.column + 1
+
+
+def node_positions(node: yaml.Node) -> dict[tuple[str, ...], Position]:
+    """Where every mapping key and sequence item under ``node`` starts (``()``: the node itself)."""
+    positions: dict[tuple[str, ...], Position] = {(): _position(node.start_mark)}
     stack: list[tuple[tuple[str, ...], yaml.Node]] = [((), node)]
     while stack:
         prefix, current = stack.pop()
@@ -106,39 +126,38 @@ def node_lines(node: yaml.Node) -> dict[tuple[str, ...], int]:
         else:
             continue
         for path, marked, child in children:
-            lines.setdefault(path, marked.start_mark.line + 1)
+            positions.setdefault(path, _position(marked.start_mark))
             stack.append((path, child))
-    return lines
+    return positions
 
 
-def _located(problems: list[FieldProblem], lines: Lines | None) -> InvalidResourceError:
-    if lines:
-        problems = [dataclasses.replace(p, line=line_of(lines, p.path)) for p in problems]
-    return InvalidResourceError(problems)
+def _located(problems: list[FieldProblem], positions: Positions | None) -> InvalidResourceError:
+    return InvalidResourceError([located(p, positions) for p in problems])
 
 
-def parse_resource(doc: Any, source: str = "", index: int | None = None, lines: Lines | None = None) -> Resource:
+def parse_resource(doc: Any, source: str = "", index: int | None = None,
+                   positions: Positions | None = None) -> Resource:
     """Validate one document into its resource type; raise ``InvalidResourceError`` naming each field (and its
-    line, given ``lines``)."""
+    line and column, given ``positions``)."""
     if not isinstance(doc, dict):
-        raise _located([FieldProblem("", "document is not a mapping", source=source, document=index)], lines)
+        raise _located([FieldProblem("", "document is not a mapping", source=source, document=index)], positions)
     key = (str(doc.get("apiVersion", "")), str(doc.get("kind", "")))
     cls = KINDS.get(key)
     if cls is None:
         known = ", ".join(f"{k} {v}" for v, k in KINDS)
         raise _located([FieldProblem(
             "kind", f"unknown kind {key[1]!r} in apiVersion {key[0]!r} (known: {known})", source=source, document=index,
-        )], lines)
+        )], positions)
     try:
         resource = cls.model_validate(doc)
     except ValidationError as exc:
-        raise _located([
-            FieldProblem(_path(err["loc"]), _message(err), source=source, document=index) for err in exc.errors()
-        ], lines) from None
+        problems = [located(FieldProblem(_path(err["loc"]), _message(err), source=source, document=index),
+                            positions, loc_parts(err["loc"])) for err in exc.errors()]
+        raise InvalidResourceError(sorted(problems, key=lambda p: (p.line or 0, p.column or 0))) from None
     if isinstance(resource, Model):
         problems = model_problems(resource)
         if problems:
-            raise _located([FieldProblem(p.path, p.message, source, index) for p in problems], lines)
+            raise _located([FieldProblem(p.path, p.message, source, index) for p in problems], positions)
     return resource
 
 
@@ -204,8 +223,9 @@ def parse_manifests(text: str, source: str = "", skipped: list[FieldProblem] | N
                 docs.append((loader.construct_document(node), node))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        line, column = _position(mark) if mark is not None else (None, None)
         raise InvalidResourceError([FieldProblem(
-            "", _yaml_message(exc), source=source, document=len(docs), line=mark.line + 1 if mark else None,
+            "", _yaml_message(exc), source=source, document=len(docs), line=line, column=column,
         )]) from None
     finally:
         loader.dispose()
@@ -214,17 +234,17 @@ def parse_manifests(text: str, source: str = "", skipped: list[FieldProblem] | N
     for index, doc, node in _objects(docs):
         if doc is None:
             continue
-        lines = node_lines(node)
+        positions = node_positions(node)
         foreign = _foreign_kind(doc)
         if foreign is not None:
-            found = FieldProblem("kind", f"{foreign} is not a FlexInfer kind", source, index, lines.get(("kind",)))
+            found = located(FieldProblem("kind", f"{foreign} is not a FlexInfer kind", source, index), positions)
             if skipped is not None:
                 skipped.append(found)
             else:
                 problems.append(dataclasses.replace(found, message=f"{found.message} ({SKIP_HINT})"))
             continue
         try:
-            manifests.append(Manifest(parse_resource(doc, source, index, lines), source, index, lines))
+            manifests.append(Manifest(parse_resource(doc, source, index, positions), source, index, positions))
         except InvalidResourceError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -318,11 +338,9 @@ def _duplicate_problems(manifests: list[Manifest]) -> list[FieldProblem]:
 
 
 def _yaml_message(exc: yaml.YAMLError) -> str:
-    """One line: what the YAML parser objected to and where (1-based line and column)."""
-    mark = getattr(exc, "problem_mark", None)
+    """One line: what the YAML parser objected to (where is the problem's line and column)."""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"invalid YAML{where}: {problem}"
+    return f"invalid YAML: {problem}"
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

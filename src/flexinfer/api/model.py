@@ -83,12 +83,13 @@ class FlashLoaderSpec(ApiModel):
     """``spec.cache.flashLoader``: per-model flash-loader overrides (each field only when set)."""
 
     enabled: bool | None = None
-    """Stage the weights into RAM (tmpfs) before the server starts. Unset: the cluster default
-    (`DEFAULT_FLASH_LOADER_ENABLED`); locally, staging happens only when `true`."""
+    """Stage the weights into RAM (tmpfs) before the server starts. Unset: a matching ModelCache's
+    `flashLoader.enabled`, else the default (`DEFAULT_FLASH_LOADER_ENABLED`, in both engines)."""
     concurrency: int | None = Field(default=None, ge=1, le=32)
     """Parallel copy workers (1-32). Default 4."""
     tmpfs_size_limit: Quantity | None = None
-    """Size limit of the tmpfs the weights are staged into (Kubernetes quantity, e.g. `16Gi`)."""
+    """Size limit of the tmpfs the weights are staged into (Kubernetes quantity, e.g. `16Gi`); not applied to
+    shared models, whose staged copy persists."""
     buffer_size_kb: int | None = Field(default=None, ge=32, le=16384, alias="bufferSizeKB")
     """Bytes per copy call, in KiB (32-16384). Default 4096."""
     verify_integrity: bool | None = None

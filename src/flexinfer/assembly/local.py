@@ -1,14 +1,16 @@
 """Composition root of ``flexinfer serve`` (the local engine, the embedded default).
 
-Manifests → ``LocalEngine`` (flash-loader staging injected) → ``Dispatcher`` (the single writer) → the proxy
-application with the admin API routes, one Prometheus registry for proxy + lifecycle metrics on ``/metrics``,
-and opt-in tracing. On start it reaps model servers a killed ``serve`` left behind. SIGTERM/SIGINT shut
-down gracefully (waiting requests get 503, in-flight ones finish, every model server is stopped); a second
-signal shuts down now (in-flight requests end with a ``shutting down`` error, model servers get SIGTERM and,
-after the close grace, SIGKILL) and ``serve`` exits within ``HURRY_BOUND`` seconds whatever happens; a
-third SIGKILLs the model servers at once. SIGHUP, and a change of the manifest files (polled unless
-``watch_interval`` is ``None``), reload the manifests (``flexinfer.local.reloading``): models are added,
-changed (only that model restarts, after draining) and removed without touching the others. Called by
+Manifests → ``LocalEngine`` (flash-loader staging injected; which models are staged, and how, is resolved as in
+the cluster from the ``DEFAULT_FLASH_LOADER_*`` environment, the ModelCache manifests loaded with the Models and
+each Model's ``spec.cache.flashLoader``: ``flexinfer.local.flash_settings``) → ``Dispatcher`` (the single
+writer) → the proxy application with the admin API routes, one Prometheus registry for proxy + lifecycle metrics
+on ``/metrics``, and opt-in tracing. On start it reaps model servers a killed ``serve`` left behind.
+SIGTERM/SIGINT shut down gracefully (waiting requests get 503, in-flight ones finish, every model server is
+stopped); a second signal shuts down now (in-flight requests end with a ``shutting down`` error, model servers
+get SIGTERM and, after the close grace, SIGKILL) and ``serve`` exits within ``HURRY_BOUND`` seconds whatever
+happens; a third SIGKILLs the model servers at once. SIGHUP, and a change of the manifest files (polled unless
+``watch_interval`` is ``None``), reload the manifests (``flexinfer.local.reloading``): models are added, changed
+(only that model restarts, after draining) and removed without touching the others. Called by
 ``flexinfer.cli.serve`` and the integration tests.
 """
 
@@ -28,14 +30,18 @@ from prometheus_client import CollectorRegistry
 
 from flexinfer.api import Manifest, Model, load_manifests
 from flexinfer.api.errors import FieldProblem
+from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.units import parse_quantity
 from flexinfer.assembly import event_loop
-from flexinfer.core.errors import ConfigError
-from flexinfer.flashloader.config import StageSettings
-from flexinfer.flashloader.staging import stage
+from flexinfer.core.errors import ConfigError, InsufficientSpaceError
+from flexinfer.core.flashloader_settings import FlashLoaderConfig, staging_variables
+from flexinfer.flashloader.config import StageSettings, settings_from_env
+from flexinfer.flashloader.staging import stage, statvfs_free, within_limit
 from flexinfer.local.admin import AdminApi
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.config import local_config, state_dir
 from flexinfer.local.engine import LocalEngine
+from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
 from flexinfer.local.validation import check_manifests
@@ -52,34 +58,54 @@ from flexinfer.proxy.status_page import StatusPage, install
 from flexinfer.runtime.activity import ActivityLog
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
-from flexinfer.settings import Environment, environment
+from flexinfer.settings import Environment, environment, warn
 
 log = logging.getLogger("flexinfer.serve")
 HURRY_SLACK = 3.0
 """Seconds allowed on top of the close grace for a hurried shutdown before ``serve`` gives up waiting."""
 
 
-async def flash_stage(model: Model, src: Path, dst: Path) -> None:
-    """The local engine's ``Stager``: the flash-loader library with the model's ``spec.cache.flashLoader``."""
-    block = model.spec.cache.flash_loader if model.spec.cache else None
-    settings = StageSettings()
-    if block is not None:
-        settings = replace(settings, concurrency=block.concurrency or settings.concurrency,
-                           buffer_kb=block.buffer_size_kb or settings.buffer_kb,
-                           verify=bool(block.verify_integrity))
-    report = await stage(src, dst, settings)
+@dataclass(frozen=True)
+class LocalStaging:
+    """How ``serve`` stages one model: the flash-loader library's settings, and the tmpfs size limit."""
+
+    settings: StageSettings
+    tmpfs_size_limit: str | None
+
+
+def local_staging(model: Model, config: FlashLoaderConfig) -> LocalStaging:
+    """The resolved settings as the local engine applies them: parsed from the ``FLASH_*`` variables the
+    cluster's init container gets; a non-shared model's ``tmpfsSizeLimit`` caps its staged copy (in the cluster
+    it is the sizeLimit of its tmpfs; a shared model's tmpfs has none)."""
+    return LocalStaging(settings_from_env(staging_variables(model, config)),
+                        config.tmpfs_size_limit if model.group is None else None)
+
+
+async def flash_stage(model: Model, src: Path, dst: Path, config: FlashLoaderConfig) -> None:
+    """The local engine's ``Stager``: the flash-loader library with the model's resolved settings."""
+    how = local_staging(model, config)
+    limit = how.tmpfs_size_limit
+    free_space = statvfs_free if limit is None else within_limit(int(parse_quantity(limit)), statvfs_free)
+    try:
+        report = await stage(src, dst, how.settings, free_space=free_space)
+    except InsufficientSpaceError as exc:
+        if limit is None:
+            raise
+        raise InsufficientSpaceError(exc.needed, exc.available, f"{exc.path} (tmpfsSizeLimit {limit})") from None
     report.raise_for_failures()
-    log.info("model %s: staged %s into %s (%s)", model.key, src, dst, report.summary())
+    log.info("model %s: staged %s into %s with concurrency %d, buffer %d KiB, verify %s, tmpfs limit %s (%s)",
+             model.key, src, dst, how.settings.concurrency, how.settings.buffer_kb,
+             "on" if how.settings.verify else "off", limit or "none", report.summary())
 
 
 def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
-    """The Model manifests under ``paths``; ``ConfigError`` when there are none. Objects of other API groups
-    (a ConfigMap beside the manifests) are left out with a warning naming file:line and kind."""
+    """The Model and ModelCache manifests under ``paths``; ``ConfigError`` when there is no Model. Objects of
+    other API groups (a ConfigMap beside the manifests) are left out with a warning naming file:line:column and kind."""
     skipped: list[FieldProblem] = []
-    manifests = [m for m in load_manifests(paths, skipped) if isinstance(m.resource, Model)]
+    manifests = [m for m in load_manifests(paths, skipped) if isinstance(m.resource, Model | ModelCache)]
     for problem in skipped:
         log.warning("skipped %s", problem)
-    if not manifests:
+    if not any(isinstance(m.resource, Model) for m in manifests):
         raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in paths)}")
     return manifests
 
@@ -172,17 +198,28 @@ def _proxy_app(config: ProxyConfig, catalog: ManifestCatalog, metrics: ProxyMetr
     return app
 
 
-def _applier(dispatcher: Dispatcher, catalog: ManifestCatalog,
-             metrics: ProxyMetrics) -> Callable[[list[Model]], Awaitable[None]]:
-    """Apply a reloaded model set: the dispatcher declares it first (an added model is known before the catalog
-    routes to it), then the proxy metrics and the catalog follow (a removed model answers 404 from then on)."""
+def _applier(dispatcher: Dispatcher, catalog: ManifestCatalog, metrics: ProxyMetrics,
+             flash: FlashSettings) -> Callable[[list[Model], list[ModelCache]], Awaitable[None]]:
+    """Apply a reloaded model set: the ModelCaches first (a model started from now on stages with them), then
+    the dispatcher declares the models (an added model is known before the catalog routes to it), then the
+    proxy metrics and the catalog follow (a removed model answers 404 from then on)."""
 
-    async def apply(models: list[Model]) -> None:
+    async def apply(models: list[Model], caches: list[ModelCache]) -> None:
+        flash.replace_caches(caches)
         await dispatcher.replace_models(models)
         metrics.declare_models(m.key for m in models)
         catalog.replace(models)
 
     return apply
+
+
+def _warn_problems(problems: Sequence[object]) -> None:
+    """Manifest problems do not stop ``serve``: the models concerned fail when activated, the others serve."""
+    if problems:
+        log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
+                    "when activated, the others are served:", len(problems))
+    for problem in problems:
+        log.warning("%s", problem)
 
 
 async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8080,
@@ -193,28 +230,26 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     env = env if env is not None else environment()
     manifests = load_models(paths)
     models = [m.resource for m in manifests if isinstance(m.resource, Model)]
+    caches = [m.resource for m in manifests if isinstance(m.resource, ModelCache)]
     proxy_cfg = local_proxy_config(env)
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
-                         queue_limit=proxy_cfg.max_queue_size)
+                         queue_limit=proxy_cfg.max_queue_size, warn=warn)
     installed = SystemAvailability(path=env.get("PATH"))
-    problems = check_manifests(manifests, installed, local.engine.base_dir, every_source=True)
-    if problems:
-        log.warning("%d manifest problem(s) (`flexinfer validate` reports the same); the models concerned fail "
-                    "when activated, the others are served:", len(problems))
-    for problem in problems:
-        log.warning("%s", problem)
+    _warn_problems(check_manifests(manifests, installed, local.engine.base_dir, every_source=True))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
-    engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage)
+    flash = FlashSettings(local.flash_loader, tuple(caches))
+    engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage,
+                         flash=flash)
     engine.reap_leftovers()
     activity = ActivityLog()
-    lifecycle_log = LifecycleLog(lambda key: dispatcher.state(key))  # noqa: PLW0108 (dispatcher is built next)
+    lifecycle_log = LifecycleLog()
     dispatcher = Dispatcher(engine, models, policy=local.policy,
                             observer=_observer(registry, tracing, activity, lifecycle_log))
-    engine.on_exit = dispatcher.model_exited
     catalog = ManifestCatalog(models, dispatcher.phases)
     metrics = ProxyMetrics(registry, [m.key for m in models])
-    reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics), installed=installed,
-                                base_dir=local.engine.base_dir, interval=watch_interval or DEFAULT_WATCH_INTERVAL)
+    reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics, flash), caches=caches,
+                                installed=installed, base_dir=local.engine.base_dir,
+                                interval=watch_interval or DEFAULT_WATCH_INTERVAL)
     app = _proxy_app(proxy_cfg, catalog, metrics, dispatcher, engine, reloader=reloader, registry=registry,
                      tracing=tracing, activity=activity)
     proxy = ProxyServer(app, proxy_cfg)

@@ -42,7 +42,7 @@ ENGINES: dict[str, str] = {
     "spec.cache.compilationCache.enabled": KUBE, "spec.cache.compilationCache.hostPath": KUBE,
     "spec.cache.compilationCache.sizeLimit": NONE,
     "spec.cache.flashLoader": BOTH, "spec.cache.flashLoader.enabled": BOTH,
-    "spec.cache.flashLoader.concurrency": BOTH, "spec.cache.flashLoader.tmpfsSizeLimit": KUBE,
+    "spec.cache.flashLoader.concurrency": BOTH, "spec.cache.flashLoader.tmpfsSizeLimit": BOTH,
     "spec.cache.flashLoader.bufferSizeKB": BOTH, "spec.cache.flashLoader.verifyIntegrity": BOTH,
     "spec.cache.flashLoader.image": KUBE,
     "spec.config": BOTH, "spec.resources": KUBE, "spec.nodeSelector": KUBE, "spec.tolerations": KUBE,
@@ -53,11 +53,12 @@ ENGINES: dict[str, str] = {
 """Which engine honours each ``Model`` spec field (``status.*`` is written by the Kubernetes manager)."""
 
 CACHE_ENGINES: dict[str, str] = {
-    "metadata": KUBE, "spec": KUBE, "spec.source": KUBE, "spec.flashLoader": KUBE,
-    "spec.flashLoader.enabled": KUBE, "spec.flashLoader.concurrency": KUBE,
-    "spec.flashLoader.tmpfsSizeLimit": KUBE, "spec.flashLoader.image": KUBE,
+    "metadata": BOTH, "spec": BOTH, "spec.source": BOTH, "spec.flashLoader": BOTH,
+    "spec.flashLoader.enabled": BOTH, "spec.flashLoader.concurrency": BOTH,
+    "spec.flashLoader.tmpfsSizeLimit": BOTH, "spec.flashLoader.image": KUBE,
 }
-"""The ``ModelCache`` fields FlexInfer applies (only in Kubernetes); every other field is accepted, unused."""
+"""The ``ModelCache`` fields FlexInfer applies (``flexinfer serve`` reads the ModelCaches beside its Models);
+every other field is accepted, unused."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
               "Runtime profile (image flavour, device resources, environment) by name, e.g. `gfx1100`."),
     ConfigKey("warmPolicy", "string", "unset", KUBE,
               "`primary`: keep the shared group's leader warm (one replica) when the manager allows it."),
-    ConfigKey("useFp16", "string", "unset", KUBE, "`\"1\"`: the flash-loader prefers `X.fp16.safetensors` files."),
+    ConfigKey("useFp16", "string", "unset", BOTH, "`\"1\"`: the flash-loader prefers `X.fp16.safetensors` files."),
 )
 
 
@@ -257,6 +258,6 @@ def render_markdown() -> str:
     out += ["", "## `ModelCache`", "",
             "Only a ModelCache's `spec.flashLoader` matters on the serving path: in Kubernetes it overrides the "
             "cluster's flash-loader defaults for the Models it matches (a Model's own `spec.cache.flashLoader` "
-            "wins). The local engine does not read ModelCaches.", ""]
+            "wins); `flexinfer serve` applies the ModelCaches among its manifests the same way.", ""]
     out += _table(header, _field_lines(cache, "metadata") + _field_lines(cache, "spec") + _field_lines(cache, "status"))
     return "\n".join(out) + "\n"

@@ -80,7 +80,7 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)
     activity = ActivityLog()
-    observers: list[LifecycleObserver] = [activity, LifecycleLog(lambda key: side.dispatcher.state(key)),  # noqa: PLW0108
+    observers: list[LifecycleObserver] = [activity, LifecycleLog(),
                                           *([TracingObserver(tracing)] if tracing.enabled else [])]
     side = ClusterSide(api, settings, observer=ObserverGroup(observers))
     try:

@@ -45,6 +45,8 @@ GROUPS: dict[str, EnvGroup] = {
     "listen": EnvGroup("Listen address", listen_config.ENV_VARS),
     "manager": EnvGroup("Manager", manager_settings.ENV_VARS),
     "defaults": EnvGroup("Controller defaults (Helm `controller.runtime`)", controller_defaults.ENV_VARS),
+    "flash-defaults": EnvGroup("Flash-loader defaults (Helm `controller.runtime.flashLoader`)",
+                               controller_defaults.FLASH_LOADER_ENV_VARS),
     "cluster": EnvGroup("In-cluster proxy", cluster_proxy.ENV_VARS),
     "flash": EnvGroup("Flash-loader", flash_config.ENV_VARS),
 }
@@ -66,8 +68,8 @@ class Component:
 
 COMPONENTS: tuple[Component, ...] = (
     Component("serve", "Single-machine mode: local model servers behind the proxy (the default engine).",
-              ("local", "proxy", "tracing", "logging", "listen"), SERVE_PROXY_DEFAULTS),
-    Component("manager", "The Kubernetes operator.", ("manager", "defaults", "tracing", "logging")),
+              ("local", "flash-defaults", "proxy", "tracing", "logging", "listen"), SERVE_PROXY_DEFAULTS),
+    Component("manager", "The Kubernetes operator.", ("manager", "defaults", "flash-defaults", "tracing", "logging")),
     Component("proxy", "The in-cluster OpenAI-compatible proxy.", ("cluster", "proxy", "tracing", "logging", "listen"),
               {listen_config.HOST: "0.0.0.0"}),
     Component("flash-load", "The weight-staging program (the `flash-loader` init container).", ("flash",)),

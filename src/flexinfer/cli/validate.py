@@ -1,16 +1,15 @@
 """``flexinfer validate -f FILE|DIR … [--offline]``: check manifests without applying anything.
 
-Prints ``ok: N resources`` or one ``error: <file>:<line>: <problem>`` line per problem (exit 1, through
-``flexinfer.cli.main``). It runs every check ``serve`` and ``render`` run, through the same code
-(``flexinfer.api.load_manifests`` and ``flexinfer.local.validation.check_manifests``): the schema and
-cross-field rules, duplicate names (both places named), ``spec.config`` shapes and durations, runtime
-profiles, colliding client-facing names, and for ``file://`` models the weights and an installed backend on
-this machine — ``--offline`` skips only those machine checks (to validate manifests written for another
-machine). Relative ``file://`` sources are resolved against the current directory, as ``serve`` does.
-``-f -`` reads standard input; ``kind: List`` documents contribute their items; objects of other kinds (a
-ConfigMap beside the manifests) are errors naming file:line and kind, or with ``--skip-unknown-kinds`` are
-reported on stderr and left out. ``-o json|yaml`` prints ``{ok, resources, problems, skipped}`` instead (exit 1
-still when there are problems).
+Prints ``ok: N resources`` or one ``error: <file>:<line>:<column>: <field>: <problem>`` line per problem (exit 1,
+through ``flexinfer.cli.main``). It runs every check ``serve`` and ``render`` run, through the same code
+(``flexinfer.api.load_manifests`` and ``flexinfer.local.validation.check_manifests``): the schema and cross-field
+rules, duplicate names (both places named), ``spec.config`` shapes and durations, runtime profiles, colliding
+client-facing names, and for ``file://`` models the weights and an installed backend on this machine — ``--offline``
+skips only those machine checks (to validate manifests written for another machine). Relative ``file://`` sources
+are resolved against the current directory, as ``serve`` does. ``-f -`` reads standard input; ``kind: List``
+documents contribute their items; objects of other kinds (a ConfigMap beside the manifests) are errors naming
+file:line:column and kind, or with ``--skip-unknown-kinds`` are reported on stderr and left out. ``-o json|yaml``
+prints ``{ok, resources, problems, skipped}`` instead (exit 1 still when there are problems).
 """
 
 from __future__ import annotations

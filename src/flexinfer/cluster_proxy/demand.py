@@ -39,7 +39,7 @@ from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status.plan import STAGE_OF_SUBSTAGE
 from flexinfer.core.phases import READY
 from flexinfer.core.replicas import cold_start_timeout_seconds
-from flexinfer.runtime.ports import Endpoint, StageReporter
+from flexinfer.runtime.ports import Endpoint, ServerReporter
 
 if TYPE_CHECKING:
     from flexinfer.cluster_proxy.demand_report import DemandReport
@@ -187,7 +187,7 @@ class KubeEngine:
         self._store, self._demand, self._override = store, demand, endpoint_override
         self._cold_start_timeout, self._stall_after, self._now = cold_start_timeout, stall_after, now
 
-    async def start(self, model: Model, report: StageReporter) -> Endpoint:
+    async def start(self, model: Model, report: ServerReporter) -> Endpoint:
         """Signal demand, then wait (watch-driven) until the manager reports the model Ready."""
         budget = cold_start_timeout_seconds(model, self._cold_start_timeout)
         await self._demand.signal(model)
@@ -201,14 +201,14 @@ class KubeEngine:
         """Nothing to do: the manager scales models down (idle timeout, shared-group election)."""
         return None
 
-    async def _await_ready(self, key: str, report: StageReporter) -> Endpoint:
+    async def _await_ready(self, key: str, report: ServerReporter) -> Endpoint:
         stages: list[str] = []
 
         def progress(model: Model | None) -> Endpoint | None:
             stage = _loading_stage(model)
             if stage is not None and stage not in stages[-1:]:
                 stages.append(stage)
-                report(stage)
+                report.stage(stage)
             return self._readiness(model)
 
         while True:

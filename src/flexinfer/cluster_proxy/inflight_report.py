@@ -17,8 +17,8 @@ than 30 s exists, bounded by the swap drain timeout). Writes:
   of models with nothing in flight;
 - ``idle(model, ready)`` when the last request ends: removed at once if the model is no longer Ready in
   the cluster (a swap is waiting for it), else lazily by the next ``refresh`` (no write per request).
-Other failures (403, 404, transport errors) are logged and never fail a request. Used by
-``flexinfer.assembly.cluster_proxy``.
+Other failures (403, 404, transport errors) are logged and never fail a request. Built by
+``flexinfer.assembly.cluster_proxy``; used by ``DemandActivator`` (``flexinfer.cluster_proxy.demand_activator``).
 """
 
 from __future__ import annotations

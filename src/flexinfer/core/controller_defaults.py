@@ -4,10 +4,11 @@ Pure: ``controller_defaults(env, warn=...)`` takes a mapping of environment vari
 reads the process environment once; ``flexinfer render --env-file`` passes a file's values) and returns
 frozen settings. Unparsable values fall back to the default, as the Go controller does, and each one is
 reported through ``warn`` (the manager and ``render`` log a warning naming the variable, the value and the
-default); without ``warn`` they are a ``ConfigError``. ``ENV_VARS`` lists every variable read here so
-documentation can be generated from it.
+default); without ``warn`` they are a ``ConfigError``. ``FLASH_LOADER_ENV_VARS`` and ``ENV_VARS`` list every
+variable read here so documentation can be generated from them.
 
-Used by ``flexinfer.core.flashloader_settings``, the manifest renderer (``flexinfer.core.manifests.render*``), the
+Used by ``flexinfer.core.flashloader_settings``, ``flexinfer serve`` (``flexinfer.local.config``: the
+flash-loader defaults), the manifest renderer (``flexinfer.core.manifests.render*``), the
 manager (``flexinfer.manager.config``, ``flexinfer.manager.reconciler``), ``flexinfer render`` and the generated
 configuration reference (``flexinfer.assembly.reference``).
 """
@@ -34,17 +35,10 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
 FALLBACK = Policy.FALLBACK
-ENV_VARS: tuple[EnvVar, ...] = (
-    EnvVar("DEFAULT_SHM_SIZE_LIMIT", DEFAULT_SHM_SIZE_LIMIT,
-           "sizeLimit of the /dev/shm memory emptyDir of every model pod (Kubernetes quantity).",
-           Kind.QUANTITY, FALLBACK),
-    EnvVar("FLEXINFER_FLASH_LOADER_IMAGE", FLEXINFER_IMAGE,
-           "Package default flash-loader image (used when DEFAULT_FLASH_LOADER_IMAGE is unset)."),
+FLASH_LOADER_ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("DEFAULT_FLASH_LOADER_ENABLED", "false",
            "Enable the flash-loader for every model with a persistent volume (1/true/yes/on, 0/false/no/off).",
            Kind.BOOL, FALLBACK),
-    EnvVar("DEFAULT_FLASH_LOADER_IMAGE", "value of FLEXINFER_FLASH_LOADER_IMAGE",
-           "Flash-loader init container image."),
     EnvVar("DEFAULT_FLASH_LOADER_CONCURRENCY", str(DEFAULT_FLASH_CONCURRENCY),
            "Parallel copy workers (positive integer).", Kind.INT, FALLBACK),
     EnvVar("DEFAULT_FLASH_LOADER_BUFFER_KB", str(DEFAULT_FLASH_BUFFER_KB),
@@ -53,15 +47,28 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("DEFAULT_FLASH_LOADER_EXCLUDE", "",
            "Comma-separated path prefixes the flash-loader skips (always plus .cache/ and .git/)."),
     EnvVar("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "",
-           "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty = no limit).", Kind.QUANTITY, FALLBACK),
+           "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty = no limit); under `serve`, the "
+           "most a non-shared model's staged copy may take.", Kind.QUANTITY, FALLBACK),
     EnvVar("DEFAULT_FLASH_LOADER_MAX_RATE", "",
            "Largest copy rate of each flash-loader, bytes per second (quantity, e.g. 200Mi; empty = unlimited).",
            Kind.QUANTITY, FALLBACK),
+)
+"""The flash-loader defaults (layer 1 of spec §2.2), read by the manager and by ``flexinfer serve`` alike."""
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("DEFAULT_SHM_SIZE_LIMIT", DEFAULT_SHM_SIZE_LIMIT,
+           "sizeLimit of the /dev/shm memory emptyDir of every model pod (Kubernetes quantity).",
+           Kind.QUANTITY, FALLBACK),
+    EnvVar("FLEXINFER_FLASH_LOADER_IMAGE", FLEXINFER_IMAGE,
+           "Package default flash-loader image (used when DEFAULT_FLASH_LOADER_IMAGE is unset)."),
+    EnvVar("DEFAULT_FLASH_LOADER_IMAGE", "value of FLEXINFER_FLASH_LOADER_IMAGE",
+           "Flash-loader init container image."),
     EnvVar("DEFAULT_<BACKEND>_IMAGE", "built-in per backend and runtime profile",
            "Image override for one backend, e.g. DEFAULT_VLLM_IMAGE or DEFAULT_MLC_LLM_IMAGE."),
     EnvVar("DEFAULT_MODEL_IMAGE_PULL_POLICY", DEFAULT_MODEL_IMAGE_PULL_POLICY,
            "imagePullPolicy of the model server container: Always, IfNotPresent or Never.", Kind.CHOICE),
 )
+"""The other controller defaults: the manager's only (images and pod shape)."""
 
 
 @dataclass(frozen=True)

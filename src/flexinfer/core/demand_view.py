@@ -1,7 +1,7 @@
 """What the proxies report about one Model, folded from their ``ModelDemand`` objects (pure).
 
-The manager (``flexinfer.manager.reconciler``) calls ``demand_view`` with the ``ModelDemand`` objects of the
-Model's namespace, then ``with_demand`` to hand its decisions the Model as they always read it:
+The manager's reconcile plan (``flexinfer.core.unit_plan``) calls ``demand_view`` with the ``ModelDemand``
+objects of the Model's namespace, then ``with_demand`` to hand its decisions the Model as they always read it:
 ``status.lastActiveTime`` (the newest report, or the Model's own value written by a Go or pre-ModelDemand
 proxy, whichever is newer), the wait marker annotation (the oldest ``waitingSince`` of a live replica, or
 an older marker still stored on the Model) and one in-flight annotation per busy replica (``inFlightAt``

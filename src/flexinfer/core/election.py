@@ -2,7 +2,7 @@
 
 ``elect(members, now, policy, lease)`` returns an ``Election``: the leader (or none while a lease parks
 the card), the reason (which rule decided), and each member's state, queue position and ``preemptedBy``.
-Called by the Kubernetes engine (``flexinfer.manager``) on every reconcile of a shared member. Consistent
+Called by the manager's reconcile plan (``flexinfer.core.unit_plan``) once per reconcile of a shared group. Consistent
 with the in-process arbiter (``flexinfer.core.arbiter.machine``): the same priority/starvation/hold ideas, here
 expressed over persisted status instead of live tickets (docs/design/swapping.md lists the differences
 from the Go rules).
@@ -144,7 +144,8 @@ def _within(now: datetime, then: datetime | None, window: float) -> bool:
 
 
 def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
-    """The leader and the rule that chose it (first match wins; see the module docstring)."""
+    """The leader and the rule that chose it, first match wins: forced promotion, the starvation bound, the
+    swap cooldown (the Active member stays), a cold start in flight, then by category (``_by_category``)."""
     forced = best(m for m in members if m.force)
     if forced is not None:
         return forced, "force_promotion"

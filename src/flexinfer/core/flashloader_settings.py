@@ -10,8 +10,12 @@ Precedence (spec §2.2), lowest to highest:
 4. auto-enable: ``spec.cache`` present, no ``spec.cache.flashLoader``, shared model, strategy ``Local``;
 5. normalisation (concurrency < 1 → 4, buffer < 32 → 4096) and the gate: no persistent volume → disabled.
 
-Pure; ``resolve_flash_loader`` is called by the manifest renderer (``flexinfer.core.manifests.render``); the manager's
-store and reconciler use ``cache_matches_model`` to find the ModelCache a Model takes its settings from.
+Both engines resolve through ``resolve_flash_loader``: the manifest renderer (``flexinfer.core.manifests.render``)
+for the manager and ``flexinfer render``, and ``flexinfer serve`` (``flexinfer.local.flash_settings``) with the same
+environment defaults and the ModelCache manifests loaded beside its Models. ``staging_variables`` is what the
+flash-loader receives for a resolved config (the init container's ``FLASH_*`` environment; the local engine
+parses the same mapping). The manager's store and reconciler use ``cache_matches_model`` to find the ModelCache
+a Model takes its settings from. Pure.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from flexinfer.api import conventions
 from flexinfer.api.model import FlashLoaderSpec, Model
 from flexinfer.api.modelcache import CacheFlashLoaderSpec, ModelCache
 from flexinfer.core.cache_strategy import effective_cache_strategy, uses_persistent_volume
@@ -46,6 +51,20 @@ class FlashLoaderConfig:
     tmpfs_size_limit: str | None
     max_rate: str | None = None
     """Copy rate cap (``FLASH_MAX_RATE``), controller-wide only; ``None`` = unlimited."""
+
+
+def staging_variables(model: Model, config: FlashLoaderConfig) -> dict[str, str]:
+    """The ``FLASH_*`` staging settings (not the paths) the flash-loader gets for ``model``: concurrency, buffer,
+    verification, exclusions, the ``fp16`` variant when ``spec.config.useFp16`` is the string ``"1"``, and the
+    controller's copy rate cap when one is set."""
+    return {
+        conventions.FLASH_CONCURRENCY: str(config.concurrency),
+        conventions.FLASH_BUFFER_KB: str(config.buffer_size_kb),
+        conventions.FLASH_VERIFY: "true" if config.verify_integrity else "false",
+        conventions.FLASH_EXCLUDE: config.exclude_patterns,
+        conventions.FLASH_VARIANT: "fp16" if model.spec.config.get("useFp16") == "1" else "",
+        **({conventions.FLASH_MAX_RATE: config.max_rate} if config.max_rate else {}),
+    }
 
 
 def cache_matches_model(cache: ModelCache, model: Model) -> bool:

@@ -18,8 +18,10 @@ container's log say more; the newest line that matches one of these markers deci
 - ``Loading safetensors checkpoint shards: … 2/4 [… 1.50it/s]`` (vLLM) → ``LoadingWeights`` with
   ``loading weights (2/4 shards, 1.50it/s)``; llama.cpp's ``load_tensors:`` lines → ``LoadingWeights``.
 
-Pure; the manager (``flexinfer.manager.reconciler``) fetches the lines and writes the result. A changed
-substage or message moves ``status.loadingProgressAt``, which feeds the proxy's stalled-load detector.
+Pure; the manager's reconcile plan names the container (``flexinfer.core.unit_plan.MemberAction.log``), the
+reconciler (``flexinfer.manager.reconciler``) fetches the lines and ``MemberAction.with_log`` folds them in.
+A changed substage or message moves ``status.loadingProgressAt``, which feeds the proxy's stalled-load
+detector.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 condition upsert with Kubernetes ``lastTransitionTime`` semantics.
 
 Used by the arbiter (``flexinfer.core.arbiter.machine``) for the local engine's model states and by the
-Kubernetes engine's status writer (``flexinfer.manager``) for ``Model.status``.
+Kubernetes engine's status derivation (``flexinfer.core.model_status.build``) for ``Model.status``.
 """
 
 from __future__ import annotations
@@ -43,10 +43,6 @@ REASON_STARTING_BACKEND: Final = "StartingBackend"
 REASON_BACKEND_READY: Final = "BackendReady"
 REASON_PREEMPTED: Final = "Preempted"
 REASON_START_FAILED: Final = "StartFailed"
-REASON_AMBIGUOUS_GPU_VENDOR: Final = "AmbiguousGPUVendor"
-REASON_BACKEND_UNSUPPORTED: Final = "BackendUnsupported"
-REASON_VRAM_INSUFFICIENT: Final = "VRAMInsufficient"
-REASON_ALIAS_CONFLICT: Final = "AliasConflict"
 REASON_CONFIG_VALID: Final = "ConfigValid"
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -62,11 +58,11 @@ def check_transition(old: str | None, new: str) -> None:
         raise IllegalTransitionError(f"illegal phase transition {old} -> {new}")
 
 
-def ready_condition(phase: str, preempted: bool = False) -> tuple[ConditionStatus, str]:
+def ready_condition(phase: str) -> tuple[ConditionStatus, str]:
     """The ``Ready`` condition (status, reason) a phase implies (spec §3.6)."""
     if phase == READY:
         return "True", REASON_BACKEND_READY
-    if phase == PREEMPTED or preempted:
+    if phase == PREEMPTED:
         return "False", REASON_PREEMPTED
     if phase in (LOADING, PENDING):
         return "False", REASON_STARTING_BACKEND

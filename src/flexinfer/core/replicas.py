@@ -1,12 +1,12 @@
 """Desired replicas for a Model (spec §3.2) and the per-model timeouts both engines use.
 
-``desired_replicas`` is called by the Kubernetes engine on every reconcile; ``idle_timeout_seconds`` and
-``cold_start_timeout_seconds`` are also used by the arbiter (``flexinfer.core.arbiter.state``).
+``desired_replicas`` is called for every member of every reconcile pass of the manager
+(``flexinfer.core.model_status.plan.plan_member``); ``idle_timeout_seconds`` and ``cold_start_timeout_seconds``
+are also used by the election, the arbiter (``flexinfer.core.arbiter.state``) and the proxy's demand side.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
@@ -37,37 +37,24 @@ def cold_start_timeout_seconds(model: Model, default: float) -> float:
     return default
 
 
-@dataclass(frozen=True)
-class ReplicaContext:
-    """Facts about the node and the model's status the rule needs beyond the Model itself."""
+def desired_replicas(model: Model, now: datetime, *, in_flight: bool = False) -> int:
+    """The replica count for the model's Deployment at ``now``, first matching rule wins (spec §3.2):
 
-    now: datetime
-    warm_primary_allowed: bool = True
-    """False when the node runs pipeline pods or is in gaming mode (the warm-primary exceptions)."""
-    kv_cache_evicted: bool = False
-    in_flight: bool = False
-    """A proxy reports requests in flight to the model (``flexinfer.core.model_status.plan.busy_proxies``): it is
-    not idle, whatever its ``lastActiveTime`` says."""
-
-
-def desired_replicas(model: Model, ctx: ReplicaContext) -> int:
-    """The replica count for the model's Deployment, first matching rule wins (spec §3.2):
-
-    KV-cache evicted → 0; shared and not Active in its group → 0; not serverless → 1; no
-    ``lastActiveTime`` → minReplicas (warm primary → 1); Loading → 1 (never reap mid-load); idle past
-    the idle timeout → minReplicas; else max(1, minReplicas). Idle counts from the last activity or from
-    when the model became Ready, whichever is later (the requests that woke it were waiting all along), and
-    never while a proxy reports requests in flight to it.
+    shared and not Active in its group → 0; not serverless → 1; no ``lastActiveTime`` → minReplicas (warm
+    primary → 1); Loading → 1 (never reap mid-load); idle past the idle timeout → minReplicas; else
+    max(1, minReplicas). Idle counts from the last activity or from when the model became Ready, whichever is
+    later (the requests that woke it were waiting all along), and never while ``in_flight`` (a proxy reports
+    requests in flight to the model, ``flexinfer.core.model_status.plan.busy_proxies``). The Go rules that read
+    node facts (a KV-cache eviction; no warm primary while the node runs pipeline pods or is in gaming mode)
+    have no input here.
     """
     status = model.status
-    if ctx.kv_cache_evicted:
-        return 0
     shared = status.shared_group
     if model.group and shared is not None and shared.state != "Active":
         return 0
     if not model.serverless:
         return 1
-    floor = _min_replicas(model, ctx)
+    floor = _min_replicas(model)
     if status.last_active_time is None:
         return floor
     if status.phase == "Loading":
@@ -76,13 +63,13 @@ def desired_replicas(model: Model, ctx: ReplicaContext) -> int:
     ready = find_condition(status.conditions, COND_READY) if status.phase == READY else None
     if ready is not None and ready.status == "True" and ready.last_transition_time is not None:
         idle_since = max(idle_since, ready.last_transition_time)
-    if not ctx.in_flight and (ctx.now - idle_since).total_seconds() > idle_timeout_seconds(model):
+    if not in_flight and (now - idle_since).total_seconds() > idle_timeout_seconds(model):
         return floor
     return max(1, floor)
 
 
-def _min_replicas(model: Model, ctx: ReplicaContext) -> int:
+def _min_replicas(model: Model) -> int:
     floor = model.min_replicas
-    if floor < 1 and model.spec.config.get("warmPolicy") == "primary" and ctx.warm_primary_allowed:
+    if floor < 1 and model.spec.config.get("warmPolicy") == "primary":
         return 1
     return floor

@@ -59,6 +59,17 @@ async def stage(
         raise
 
 
+def within_limit(limit_bytes: int, free_space: FreeSpace) -> FreeSpace:
+    """A ``FreeSpace`` for a destination capped at ``limit_bytes`` (a tmpfs size limit): the lesser of what the
+    filesystem has free and what the limit leaves beside the files already under the destination."""
+
+    def available(path: str) -> int:
+        used = sum(entry.lstat().st_size for entry in Path(path).rglob("*") if stat.S_ISREG(entry.lstat().st_mode))
+        return max(0, min(free_space(path), limit_bytes - used))
+
+    return available
+
+
 def worker_count(requested: int) -> int:
     """Copy threads actually used: the requested concurrency, capped at the CPUs this process may run on.
 

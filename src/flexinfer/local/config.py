@@ -2,8 +2,10 @@
 
 ``local_config(env, base_dir)`` parses the ``FLEXINFER_*`` variables below (``ENV_VARS`` is the
 documentation table) through ``flexinfer.core.envvalues.EnvReader``; a malformed value raises ``ConfigError``
-naming the variable. Pure apart from
-computing default paths. Called by ``flexinfer.assembly.run_local``; tests pass plain dicts.
+naming the variable. The flash-loader defaults (``DEFAULT_FLASH_LOADER_*``) are the manager's, parsed by
+``flexinfer.core.controller_defaults.flash_loader_defaults`` with the manager's rule (an unparsable value keeps
+its default and goes to ``warn``). Pure apart from computing default paths. Called by
+``flexinfer.assembly.run_local``; tests pass plain dicts.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 
 from flexinfer.api.units import parse_duration
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
+from flexinfer.core.controller_defaults import FlashLoaderDefaults, flash_loader_defaults
+from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Warn
 from flexinfer.local.engine import LocalEngineSettings
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -45,6 +48,8 @@ class LocalConfig:
 
     engine: LocalEngineSettings
     policy: ArbiterPolicy
+    flash_loader: FlashLoaderDefaults
+    """Layer 1 of the flash-loader settings (``flexinfer.local.flash_settings`` adds the ModelCaches)."""
 
 
 def state_dir(env: Mapping[str, str]) -> Path:
@@ -63,8 +68,9 @@ def duration(env: Mapping[str, str], name: str) -> float:
 
 
 def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: float = 60.0,
-                 queue_limit: int = 100) -> LocalConfig:
-    """Parse the local-mode variables; the proxy's cold-start timeout and queue size feed the policy."""
+                 queue_limit: int = 100, warn: Warn | None = None) -> LocalConfig:
+    """Parse the local-mode variables; the proxy's cold-start timeout and queue size feed the policy. An
+    unparsable flash-loader default goes to ``warn`` (without it: ``ConfigError``)."""
     shm = env.get("FLEXINFER_SHM_ROOT", "").strip() or _DEFAULTS["FLEXINFER_SHM_ROOT"]
     engine = LocalEngineSettings(
         stop_grace=duration(env, "FLEXINFER_STOP_GRACE"),
@@ -77,4 +83,4 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         restart_backoff=duration(env, "FLEXINFER_RESTART_BACKOFF"),
         cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, restart_changed=True,
     )
-    return LocalConfig(engine=engine, policy=policy)
+    return LocalConfig(engine=engine, policy=policy, flash_loader=flash_loader_defaults(env, warn=warn))

@@ -1,10 +1,12 @@
 """``LocalEngine``: the ``flexinfer.runtime.ports.Engine`` for one machine — model servers as child processes.
 
 ``start`` resolves the weights (``file://`` only; staged into tmpfs through the injected ``Stager`` when
-the flash-loader is enabled), picks a launch profile, spawns the server on a free loopback port in its own
+the model's flash-loader settings — ``flash``, the cluster's resolution, see ``flexinfer.local.flash_settings``
+— enable it), picks a launch profile, spawns the server on a free loopback port in its own
 process group and returns once its health endpoint answers. A server that exits before Ready raises
 ``EngineError`` with its last output lines; cancelling ``start`` kills what it spawned. A server that
-exits after Ready is reported through ``on_exit`` (the dispatcher turns it into ``ModelCrashed``).
+exits after Ready is reported through the ``ServerReporter`` its ``start`` was given (the dispatcher turns it into
+``ModelCrashed``).
 ``stop`` is SIGTERM → grace → SIGKILL for the group; ``aclose`` does that for every child; ``hurry``
 SIGTERMs every child now and SIGKILLs it after ``close_grace`` (a second shutdown signal). With
 ``records_dir`` every child group is recorded there while it runs (``flexinfer.local.leftovers``), so a
@@ -24,8 +26,9 @@ from typing import Protocol
 
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
-from flexinfer.core.cache_strategy import effective_cache_strategy
 from flexinfer.core.errors import EngineError, StagingError
+from flexinfer.core.flashloader_settings import FlashLoaderConfig
+from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.gpu_discovery import GpuInventory
 from flexinfer.local.leftovers import TOKEN_VARIABLE, ProcessRecords
 from flexinfer.local.logs import LogStore
@@ -34,7 +37,7 @@ from flexinfer.local.process import ServerProcess, describe_exit
 from flexinfer.local.profiles import Availability, LaunchPlan, SystemAvailability, plan_launch
 from flexinfer.local.readiness import NotReady, ServerExited, wait_ready
 from flexinfer.local.sources import existing_source, staging_plan
-from flexinfer.runtime.ports import Endpoint, StageReporter
+from flexinfer.runtime.ports import Endpoint, ServerReporter
 
 log = logging.getLogger(__name__)
 ERROR_TAIL_LINES = 8
@@ -64,25 +67,14 @@ class LocalEngineSettings:
 
 
 class Stager(Protocol):
-    """Copies (incrementally) the weights directory ``src`` into directory ``dst``; raises ``StagingError``
-    (``InsufficientSpaceError`` when tmpfs is too small). Assembly adapts ``flexinfer.flashloader.stage``."""
+    """Copies (incrementally) the weights directory ``src`` into directory ``dst`` with the model's resolved
+    flash-loader settings; raises ``StagingError`` (``InsufficientSpaceError`` when tmpfs, or the settings'
+    tmpfs size limit, is too small). Assembly adapts ``flexinfer.flashloader.stage``."""
 
-    async def __call__(self, model: Model, src: Path, dst: Path) -> None: ...
+    async def __call__(self, model: Model, src: Path, dst: Path, config: FlashLoaderConfig) -> None: ...
 
 
-ExitListener = Callable[[Model, int], None]
 """Called with the model and its exit status when a Ready server exits without being asked to."""
-
-
-def flash_enabled(model: Model) -> bool:
-    """Local-mode rule: ``spec.cache.flashLoader.enabled`` is true, or (no flashLoader block) the model is in a
-    shared group with cache strategy ``Local``."""
-    cache = model.spec.cache
-    if cache is None:
-        return False
-    if cache.flash_loader is not None:
-        return cache.flash_loader.enabled is True
-    return model.group is not None and effective_cache_strategy(model) == "Local"
 
 
 def start_timeout(model: Model, default: float) -> float:
@@ -103,6 +95,7 @@ class _Server:
     process: ServerProcess
     port: int
     endpoint: Endpoint
+    report: ServerReporter
     stopping: bool = False
     watcher: asyncio.Task[None] | None = None
 
@@ -111,11 +104,12 @@ class LocalEngine:
     """Starts and stops model servers as child processes (see the module docstring)."""
 
     def __init__(self, settings: LocalEngineSettings | None = None, *, stager: Stager | None = None,
-                 stage_when: Callable[[Model], bool] = flash_enabled, on_exit: ExitListener | None = None,
+                 flash: Callable[[Model], FlashLoaderConfig] | None = None,
                  installed: Availability | None = None, gpus: GpuInventory | None = None) -> None:
         self.settings = settings or LocalEngineSettings()
-        self.on_exit = on_exit
-        self._stager, self._stage_when = stager, stage_when
+        self._stager = stager
+        self.flash = flash or FlashSettings()
+        """The flash-loader settings of a model (``FlashSettings``: environment defaults, ModelCaches)."""
         path = self.settings.env.get("PATH")
         self._installed = installed or SystemAvailability(path=path)
         self._gpus = gpus or GpuInventory(path=path)
@@ -129,7 +123,7 @@ class LocalEngine:
 
     # ------------------------------------------------------------ Engine port
 
-    async def start(self, model: Model, report: StageReporter) -> Endpoint:
+    async def start(self, model: Model, report: ServerReporter) -> Endpoint:
         """Start ``model``'s server and return its endpoint once Ready (see the module docstring)."""
         if self._closed:
             raise EngineError(f"model {model.key}: the local engine is shutting down")
@@ -212,25 +206,26 @@ class LocalEngine:
 
     # ------------------------------------------------------------ internals
 
-    async def _weights(self, model: Model, report: StageReporter) -> Path:
+    async def _weights(self, model: Model, report: ServerReporter) -> Path:
         """The path the server loads: the ``file://`` source, or its staged tmpfs copy."""
         src = existing_source(model, self.settings.base_dir)
-        if not self._stage_when(model):
+        config = self.flash(model)
+        if not config.enabled:
             return src
         if self._stager is None:
             raise EngineError(f"model {model.key}: the flash-loader is enabled but this engine has no stager")
         plan = staging_plan(model, src, self.settings.shm_root)
-        report("staging")
+        report.stage("staging")
         try:
-            await self._stager(model, plan.src, plan.dst)
+            await self._stager(model, plan.src, plan.dst, config)
         except StagingError as exc:
             raise EngineError(f"model {model.key}: refusing to start, weights not staged into {plan.dst}: {exc}") \
                 from exc
         return plan.served_path
 
     async def _launch(self, model: Model, plan: LaunchPlan, env: Mapping[str, str], port: int,
-                      report: StageReporter) -> Endpoint:
-        report("server_start")
+                      report: ServerReporter) -> Endpoint:
+        report.stage("server_start")
         token = ProcessRecords.new_token()
         process = await ServerProcess.spawn(plan.argv, {**env, TOKEN_VARIABLE: token}, self.logs.get(model.key))
         self._children.add(process)
@@ -241,13 +236,13 @@ class LocalEngine:
         timeout = start_timeout(model, self.settings.start_timeout)
         try:
             await wait_ready(self.settings.host, port, plan.health_path, timeout=timeout, exited=process.exited,
-                             on_connected=lambda: report("health"))
+                             on_connected=lambda: report.stage("health"))
         except BaseException as exc:
             process.kill()
             await self._forget(process)
             raise self._start_error(model, plan, port, timeout, process, exc=exc) from None
         host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
-        server = _Server(model, process, port, Endpoint(f"http://{host}:{port}"))
+        server = _Server(model, process, port, Endpoint(f"http://{host}:{port}"), report)
         server.watcher = asyncio.create_task(self._watch(server), name=f"watch-{model.key}")
         self._servers[model.key] = server
         return server.endpoint
@@ -277,8 +272,7 @@ class LocalEngine:
         server.process.kill()
         await self._forget(server.process)
         self._ports.release(server.port)
-        if self.on_exit is not None:
-            self.on_exit(server.model, code)
+        server.report.exited(f"model server exited with {describe_exit(code)}")
 
     async def _terminate(self, process: ServerProcess, grace: float) -> None:
         await process.terminate(grace)

@@ -5,8 +5,10 @@
 duplicate, or a problem of the manifests themselves (``manifest_problems``) rejects the whole edit and the
 previous configuration stays in force (each problem logged at ERROR, the result kept in ``status`` for the
 admin API); a problem of this machine (missing weights, backend not installed) is logged as a warning, as at
-start, and only that model fails when activated. An accepted set goes to ``apply`` (the assembly: the
-dispatcher declares it, then the catalog and the metrics follow), which adds, changes and removes models.
+start, and only that model fails when activated. An accepted set — the Models and the ModelCaches (their
+flash-loader settings) — goes to ``apply`` (the assembly: the flash-loader settings take the ModelCaches, the
+dispatcher declares the models, then the catalog and the metrics follow), which adds, changes and removes
+models.
 
 ``watch`` polls the paths every ``interval`` seconds (a signature of every manifest file: path, size,
 modification time) and reloads once a change has settled (the same signature on two polls in a row, so a
@@ -27,6 +29,7 @@ from flexinfer.api.errors import InvalidResourceError
 from flexinfer.api.key import ModelKey
 from flexinfer.api.loading import Manifest, load_manifests, manifest_files
 from flexinfer.api.model import Model
+from flexinfer.api.modelcache import ModelCache
 from flexinfer.core.errors import ConfigError, FlexInferError
 from flexinfer.local.profiles import Availability
 from flexinfer.local.validation import machine_problems, manifest_problems
@@ -36,7 +39,8 @@ DEFAULT_WATCH_INTERVAL = 1.0
 """Seconds between two polls of the manifest files (``flexinfer serve --watch-interval``)."""
 
 Signature = tuple[tuple[str, int, int], ...]
-Apply = Callable[[list[Model]], Awaitable[None]]
+Apply = Callable[[list[Model], list[ModelCache]], Awaitable[None]]
+"""Takes the accepted Models and ModelCaches (manifest order)."""
 
 
 @dataclass
@@ -53,7 +57,8 @@ class ConfigStatus:
     result: str | None = None
     """``applied``, ``unchanged`` or ``rejected``."""
     errors: list[str] = field(default_factory=list)
-    """Why the last attempt was rejected, one ``file:line: problem`` per entry (as ``flexinfer validate``)."""
+    """Why the last attempt was rejected, one ``file:line:column: field: problem`` per entry (as ``flexinfer
+    validate``)."""
     reloads: int = 0
 
     def as_json(self) -> dict[str, object]:
@@ -87,10 +92,11 @@ class ManifestReloader:
     """Reloads ``paths`` on demand (``reload``) or when they change (``watch``); see the module docstring."""
 
     def __init__(self, paths: Sequence[str | Path], models: Sequence[Model], apply: Apply, *,
-                 installed: Availability | None, base_dir: Path, interval: float = DEFAULT_WATCH_INTERVAL) -> None:
+                 installed: Availability | None, base_dir: Path, interval: float = DEFAULT_WATCH_INTERVAL,
+                 caches: Sequence[ModelCache] = ()) -> None:
         self._paths, self._apply, self._installed, self._base_dir = list(paths), apply, installed, base_dir
         self.interval = interval
-        self._models = list(models)
+        self._models, self._caches = list(models), list(caches)
         self._lock = asyncio.Lock()
         self._seen = signature(self._paths)
         self.status = ConfigStatus(loaded_at=_now(), models=len(self._models))
@@ -101,32 +107,36 @@ class ManifestReloader:
             self._seen = signature(self._paths)
             started = time.monotonic()
             try:
-                models = self._load()
+                models, caches = self._load()
             except FlexInferError as exc:
                 self._rejected(trigger, _problems(exc))
                 return self.status
-            if models == self._models:
+            if models == self._models and caches == self._caches:
                 self._finish(trigger, "unchanged")
                 log.info("reload (%s): manifests unchanged", trigger)
                 return self.status
             before = {m.key: m for m in self._models}
-            await self._apply(models)
-            self._models = models
+            caches_changed = caches != self._caches
+            await self._apply(models, caches)
+            self._models, self._caches = models, caches
             self.status.loaded_at, self.status.models = _now(), len(models)
             self._finish(trigger, "applied")
-            log.info("reload (%s) applied in %.2fs: %s", trigger, time.monotonic() - started,
-                     _changes(before, {m.key: m for m in models}))
+            log.info("reload (%s) applied in %.2fs: %s%s", trigger, time.monotonic() - started,
+                     _changes(before, {m.key: m for m in models}),
+                     "; ModelCaches changed (they apply at each matching model's next start)" if caches_changed else "")
             return self.status
 
-    def _load(self) -> list[Model]:
-        manifests = [m for m in load_manifests(self._paths) if isinstance(m.resource, Model)]
+    def _load(self) -> tuple[list[Model], list[ModelCache]]:
+        loaded = load_manifests(self._paths)
+        manifests = [m for m in loaded if isinstance(m.resource, Model)]
         if not manifests:
             raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in self._paths)}")
         problems = manifest_problems(manifests)
         if problems:
             raise InvalidResourceError(problems)
         self._warn(manifests)
-        return [m.resource for m in manifests if isinstance(m.resource, Model)]
+        return ([m.resource for m in manifests if isinstance(m.resource, Model)],
+                [m.resource for m in loaded if isinstance(m.resource, ModelCache)])
 
     def _warn(self, manifests: list[Manifest]) -> None:
         if self._installed is None:

@@ -6,7 +6,7 @@ that is not a duration, an unknown ``runtimeProfile``) and client-facing names (
 and aliases) claimed by two models or shadowing another model's name. ``machine_problems`` finds what would
 fail when a ``file://`` model is started here: missing weights, no installed backend, a server program that is
 not on ``PATH`` (other sources are for the Kubernetes engine and are not checked against this machine). Every
-problem names the file and line of the field (``Manifest.problem``); one naming another model names that
+problem names the file, line and column of the field (``Manifest.problem``); one naming another model names that
 model's file and line too.
 
 ``validate`` runs both (``--offline`` skips the machine checks) and fails on any problem; ``render`` runs

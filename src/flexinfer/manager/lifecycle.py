@@ -2,7 +2,8 @@
 
 ``LifecycleTracker.declared`` is called by the reconciler for every valid Model of the unit it reconciles:
 the sink creates the model's series at zero, so ``increase()`` counts its first event (``forget`` removes
-them when the Model is deleted). ``LifecycleTracker.observe`` is called after each member's status is decided:
+them when the Model is deleted). ``LifecycleTracker.observe`` is called after each member's status is written
+(a member preempted in a pass is only ``preempted`` there, and observed in the follow-up pass):
 the phase gauge/transition counter when the phase changes (or on first sight after a start-up), the
 shared-group state gauge, the startup-stage marks of an open activation (from the loading substage),
 and — when a model with an open ``status.activation`` turns Ready — the cold-start and swap samples

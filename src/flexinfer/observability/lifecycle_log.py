@@ -3,10 +3,10 @@ INFO line per event, with its durations, on the ``flexinfer.lifecycle`` logger.
 
 Events: activation requested (→ Pending/Loading), swap decided (who preempts whom in which group, and the
 priorities that decided it), ready (cold start or swap, total and stage breakdown), stopped (idle timeout or
-unload, with the time it was Ready; or preempted), failed (a crash or a failed start: the error and the
-backoff before the next start, at WARNING). Every line also passes its fields as ``extra`` (``event``,
-``model``, ``seconds``, ``stages`` …) so JSON lines are machine-readable. ``flexinfer.assembly`` adds this to
-the observers; ``state`` reads the dispatcher's view of a model (last error, backoff).
+unload, shutdown, removal, preemption … with the time it was Ready), failed (a crash or a failed start: the
+error and the backoff before the next start, at WARNING). Causes, errors and backoffs come with the phase change
+(``PhaseCause``). Every line also passes its fields as ``extra`` (``event``, ``model``, ``seconds``, ``stages``,
+``reason`` …) so JSON lines are machine-readable. ``flexinfer.assembly`` adds this to the observers.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from collections.abc import Callable
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.runtime.dispatcher import ModelState
-from flexinfer.runtime.observer import ActivationRecord, NullObserver
+from flexinfer.runtime.observer import NO_CAUSE, ActivationRecord, NullObserver, PhaseCause
 
 log = logging.getLogger("flexinfer.lifecycle")
 ACTIVE = frozenset({"Pending", "Loading", "Ready"})
@@ -27,13 +26,12 @@ ACTIVE = frozenset({"Pending", "Loading", "Ready"})
 class LifecycleLog(NullObserver):
     """A ``LifecycleObserver`` that writes the lifecycle lines."""
 
-    def __init__(self, state: Callable[[ModelKey], ModelState | None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._state, self._clock = state, clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._ready_at: dict[ModelKey, float] = {}
         self._preempted_by: dict[ModelKey, str] = {}
 
-    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
+    def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None:
         key = model.key
         if new in ("Pending", "Loading") and old not in ACTIVE:
             where = f" (waiting for GPU group {model.group})" if new == "Pending" and model.group else ""
@@ -41,9 +39,9 @@ class LifecycleLog(NullObserver):
         elif new == "Ready":
             self._ready_at[key] = self._clock()
         elif old == "Ready" and new in ("Idle", "Preempted"):
-            self._stopped(key, new)
+            self._stopped(key, new, cause.detail)
         elif new == "Failed":
-            self._failed(key, old)
+            self._failed(key, old, cause)
 
     def preempted(self, loser: Model, by: str) -> None:
         """``by`` names the winner in the loser's namespace (a shared group never spans namespaces), or is a
@@ -67,20 +65,19 @@ class LifecycleLog(NullObserver):
             _info("activation_failed", key, f"model {key}: {kind} failed after {seconds:.3f}s ({breakdown})",
                   seconds=round(seconds, 3), kind=record.kind, stages=stages)
 
-    def _stopped(self, key: ModelKey, new: str) -> None:
+    def _stopped(self, key: ModelKey, new: str, detail: str) -> None:
         started = self._ready_at.pop(key, None)
         held = None if started is None else round(self._clock() - started, 3)
         shown = "" if held is None else f" after {held:.3f}s ready"
         winner = self._preempted_by.pop(key, None)
-        why = f"preempted by {winner}" if new == "Preempted" and winner else "idle timeout, unload or shutdown"
+        why = f"preempted by {winner}" if new == "Preempted" and winner else detail or "stopped"
         _info("stopped", key, f"model {key}: server stopped{shown} ({why})", seconds=held, reason=why)
 
-    def _failed(self, key: ModelKey, old: str | None) -> None:
+    def _failed(self, key: ModelKey, old: str | None, cause: PhaseCause) -> None:
         self._ready_at.pop(key, None)
-        state = self._state(key)
-        error = (state.last_error if state else None) or "unknown error"
-        first = error.strip().splitlines()[0] if error.strip() else error
-        backoff = state.retry_in if state else None
+        error = cause.detail.strip()
+        first = error.splitlines()[0] if error else "unknown error"
+        backoff = cause.retry_in
         what = "crashed" if old == "Ready" else "failed to start"
         retry = "" if backoff is None else f"; next start allowed in {backoff:.1f}s (backoff)"
         log.warning("model %s: server %s: %s%s", key, what, first, retry,

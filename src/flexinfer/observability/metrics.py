@@ -34,7 +34,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.cache_strategy import effective_cache_strategy
 from flexinfer.core.lifecycle_clock import STAGE_NAMES
 from flexinfer.core.phases import PHASES
-from flexinfer.runtime.observer import ActivationRecord
+from flexinfer.runtime.observer import NO_CAUSE, ActivationRecord, PhaseCause
 
 COLD_START_BUCKETS = (0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 120, 180, 300)
 SWAP_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 120)
@@ -119,7 +119,7 @@ class LifecycleMetrics:
         self._stage.labels(*labels).observe(seconds)
         self._book.note(model.key, self._stage, labels)
 
-    def phase_changed(self, model: Model, old: str | None, new: str, reason: str = TRANSITION_REASON) -> None:
+    def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None:
         """One-hot phase gauge; a transition when ``old`` is set and differs; group state for shared models."""
         if new not in PHASES:
             return
@@ -128,7 +128,7 @@ class LifecycleMetrics:
             self._phase.labels(*labels).set(1 if phase == new else 0)
             self._book.note(model.key, self._phase, labels)
         if old is not None and old != new:
-            moved = (model.name, model.namespace, old, new, reason)
+            moved = (model.name, model.namespace, old, new, TRANSITION_REASON)
             self._transitions.labels(*moved).inc()
             self._book.note(model.key, self._transitions, moved)
         if model.group:

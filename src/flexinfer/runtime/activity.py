@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from flexinfer.api.model import Model
-from flexinfer.runtime.observer import ActivationRecord, NullObserver
+from flexinfer.runtime.observer import NO_CAUSE, ActivationRecord, NullObserver, PhaseCause
 
 MAX_ACTIVATIONS = 20
 MAX_DURATIONS = 500
@@ -82,9 +82,10 @@ class ActivityLog(NullObserver):
         else:
             self.error(record.model.key, f"{record.kind.replace('_', ' ')} failed after {seconds:.1f}s")
 
-    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
+    def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None:
         if new == "Failed" and old != "Failed":
-            self.error(model.key, f"phase {old or 'Idle'} -> Failed")
+            error = cause.detail.strip().splitlines()[0] if cause.detail.strip() else ""
+            self.error(model.key, f"phase {old or 'Idle'} -> Failed" + (f": {error}" if error else ""))
 
     def error(self, source: str, message: str, at: float | None = None) -> None:
         """Record an error now (or at wall-clock time ``at``)."""

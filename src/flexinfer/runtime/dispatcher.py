@@ -159,12 +159,6 @@ class Dispatcher:
     def _release(self, ticket: int) -> None:
         self.post(ev.RequestFinished(ticket))
 
-    def model_exited(self, model: Model, code: int | None = None) -> None:
-        """An engine saw a server exit on its own (``LocalEngine(on_exit=...)``): the model becomes Failed
-        and restarts only after the backoff (a requested stop that raced with the exit is just a stop)."""
-        reason = "model server exited" + (f" with code {code}" if code is not None else "")
-        self.post(ev.ModelCrashed(model.key, reason))
-
     # ------------------------------------------------------------ control surface
 
     async def preload(self, model: ModelKey, wait: bool = False, timeout: float | None = None) -> str:

@@ -18,7 +18,7 @@ from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.events import Effect, Event
 from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.runtime.engine_tasks import EngineTasks
-from flexinfer.runtime.observer import ActivationRecord, LifecycleObserver
+from flexinfer.runtime.observer import ActivationRecord, LifecycleObserver, PhaseCause
 from flexinfer.runtime.ports import Endpoint, Grant
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,8 @@ class EffectRunner:
         obs = self._observer
         match effect:
             case ev.PhaseChanged():
-                obs.phase_changed(self._model(effect.model), effect.old, effect.new)
+                obs.phase_changed(self._model(effect.model), effect.old, effect.new,
+                                  PhaseCause(effect.detail, effect.retry_in))
             case ev.ObserveColdStart():
                 obs.cold_start(self._model(effect.model), effect.seconds)
             case ev.ObserveSwap():

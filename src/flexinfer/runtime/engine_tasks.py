@@ -12,12 +12,35 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.core.arbiter.events import Event, ModelReady, ModelStartFailed, ModelStopped, StageReached
-from flexinfer.runtime.ports import Endpoint, Engine, Stage, StageReporter
+from flexinfer.core.arbiter.events import (
+    Event,
+    ModelCrashed,
+    ModelReady,
+    ModelStartFailed,
+    ModelStopped,
+    StageReached,
+)
+from flexinfer.runtime.ports import Endpoint, Engine, ServerReporter, Stage
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Reporter:
+    """The ``ServerReporter`` of one start: stages become ``StageReached``, an exit ``ModelCrashed``."""
+
+    key: ModelKey
+    post: Callable[[Event], None]
+
+    def stage(self, stage: Stage) -> None:
+        self.post(StageReached(self.key, stage))
+
+    def exited(self, reason: str) -> None:
+        self.post(ModelCrashed(self.key, reason))
 
 
 class EngineTasks:
@@ -30,13 +53,10 @@ class EngineTasks:
 
     def start(self, model: Model) -> None:
         key = model.key
-
-        def report(stage: Stage) -> None:
-            self._post(StageReached(key, stage))
-
+        report = _Reporter(key, self._post)
         self._starts[key] = asyncio.create_task(self._start(model, report), name=f"flexinfer-start-{key}")
 
-    async def _start(self, model: Model, report: StageReporter) -> None:
+    async def _start(self, model: Model, report: ServerReporter) -> None:
         try:
             endpoint: Endpoint = await self._engine.start(model, report)
         except asyncio.CancelledError:

@@ -41,10 +41,22 @@ class ActivationRecord:
     preempted: Model | None = None
 
 
+@dataclass(frozen=True)
+class PhaseCause:
+    """Why a phase changed, for people: a stop's cause (``idle timeout``, ``unloaded``, ``shutdown``, ``preempted
+    by ns/name``, …) or a failure's error, and a failure's backoff before the next start (seconds)."""
+
+    detail: str = ""
+    retry_in: float | None = None
+
+
+NO_CAUSE = PhaseCause()
+
+
 class LifecycleObserver(Protocol):
     """Receives lifecycle facts from the dispatcher. Must not block; exceptions are logged and ignored."""
 
-    def phase_changed(self, model: Model, old: str | None, new: str) -> None: ...
+    def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None: ...
 
     def cold_start(self, model: Model, seconds: float) -> None: ...
 
@@ -68,7 +80,7 @@ class LifecycleObserver(Protocol):
 class NullObserver:
     """A ``LifecycleObserver`` that ignores everything (base class for partial observers)."""
 
-    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
+    def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None:
         return None
 
     def cold_start(self, model: Model, seconds: float) -> None:
@@ -109,8 +121,8 @@ class ObserverGroup:
             except Exception:
                 log.exception("lifecycle observer %r failed in %s", observer, method)
 
-    def phase_changed(self, model: Model, old: str | None, new: str) -> None:
-        self._each("phase_changed", model, old, new)
+    def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None:
+        self._each("phase_changed", model, old, new, cause)
 
     def cold_start(self, model: Model, seconds: float) -> None:
         self._each("cold_start", model, seconds)

@@ -32,17 +32,21 @@ class Endpoint:
     base_url: str
 
 
-class StageReporter(Protocol):
-    """Called by an engine as a model moves through its startup stages (for metrics and traces)."""
+class ServerReporter(Protocol):
+    """How an engine reports on one server it was asked to start: its startup stages (for metrics and traces),
+    and, later, an exit nobody asked for (the model becomes Failed and restarts after its backoff)."""
 
-    def __call__(self, stage: Stage) -> None: ...
+    def stage(self, stage: Stage) -> None: ...
+
+    def exited(self, reason: str) -> None: ...
 
 
 class Engine(Protocol):
     """Starts and stops model servers. ``start`` returns once the server is Ready (or raises
-    ``EngineError``); it may be cancelled, and must then leave nothing running."""
+    ``EngineError``); it may be cancelled, and must then leave nothing running. ``report`` stays valid for the
+    life of the server it started: an engine that watches its servers reports an unasked-for exit through it."""
 
-    async def start(self, model: Model, report: StageReporter) -> Endpoint: ...
+    async def start(self, model: Model, report: ServerReporter) -> Endpoint: ...
 
     async def stop(self, model: Model) -> None: ...
 

@@ -93,7 +93,7 @@ def test_invalid_input_fails_with_field_path(tmp_path: Path, capsys: pytest.Capt
     assert main(["render", "-f", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"error: {tmp_path / 'm.yaml'}:4: spec.gpu.count: must be ≤ 8, got 9\n"
+    assert captured.err == f"error: {tmp_path / 'm.yaml'}:4:49: spec.gpu.count: must be ≤ 8, got 9\n"
 
 
 def test_negative_replicas_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from flexinfer import settings
 from flexinfer.assembly.cluster_proxy import cluster_proxy_settings
 from flexinfer.assembly.reference import GROUPS
 from flexinfer.core.envvalues import EnvVar, Kind, Policy
@@ -50,12 +51,19 @@ def _tracing_enabled(env: Mapping[str, str]) -> None:
     init_tracing("t", tracing_settings({"FLEXINFER_OTEL_ENABLED": "true", **env})).shutdown()
 
 
+def _flash_defaults(env: Mapping[str, str]) -> None:
+    """Both readers of the flash-loader defaults: the manager, and ``serve`` (warnings as ``run_local`` sends)."""
+    manager_config(env)
+    local_config(env, Path("/tmp"), warn=settings.warn)
+
+
 PARSERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     "local": lambda env: local_config(env, Path("/tmp")),
     "proxy": lambda env: proxy_config(env).validate(),
     "tracing": _tracing,
     "manager": manager_config,
     "defaults": manager_config,
+    "flash-defaults": _flash_defaults,
     "cluster": cluster_proxy_settings,
     "flash": lambda env: from_env({"FLASH_SRC": "/s", "FLASH_DST": "/d", **env}),
     "logging": log_settings,

@@ -33,8 +33,8 @@ spec: {backend: vllm, source: "HF://a/b", gpu: {priority: 5000}, cache: {strateg
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
-        f"error: {bad}:9: spec.gpu.priority: must be ≤ 1000, got 5000",
-        f"error: {bad}:9: spec.colour: unknown field",
+        f"error: {bad}:9:49: spec.gpu.priority: must be ≤ 1000, got 5000",
+        f"error: {bad}:9:93: spec.colour: unknown field",
     ]
 
 
@@ -47,7 +47,7 @@ spec: {backend: vllm, source: "HF://a/b", config: {runtimeProfile: tpu-v5}}
 """)
     assert main(["validate", "-f", str(tmp_path)]) == 1
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"error: {tmp_path / 'm.yaml'}:4: spec.config.runtimeProfile: unknown profile 'tpu-v5'")
+    assert line.startswith(f"error: {tmp_path / 'm.yaml'}:4:52: spec.config.runtimeProfile: unknown profile 'tpu-v5'")
 
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,7 @@ from flexinfer.cluster_proxy.model_watch import ModelStore, ModelWatcher
 from flexinfer.core.errors import EngineError
 from flexinfer.runtime.ports import Endpoint
 from support.fake_model_api import FakeModelApi, model_body
+from support.local_processes import Stages
 from support.polling import eventually
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -77,8 +78,6 @@ async def cluster(*docs: dict[str, Any]) -> AsyncIterator[Cluster]:
             await task
 
 
-def no_report(stage: str) -> None:
-    return None
 
 
 async def test_signal_writes_last_active_time_into_the_replicas_report_never_the_model() -> None:
@@ -172,7 +171,7 @@ async def test_keep_alive_skips_when_this_replica_signalled_recently() -> None:
 
 async def test_start_signals_demand_then_returns_when_the_watch_reports_ready() -> None:
     async with cluster(model_body("m", phase="Idle")) as c:
-        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        start = asyncio.create_task(c.engine().start(c.model(), Stages()))
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"phase": "Loading"})
         await c.api.set_status("m", {"phase": "Ready"})  # Ready without an endpoint is not enough
@@ -186,13 +185,13 @@ async def test_endpoint_override_is_used_only_when_enabled() -> None:
     doc = model_body("m", phase="Ready", annotations={ENDPOINT_OVERRIDE_ANNOTATION: "http://127.0.0.1:9"})
     doc["status"]["endpoint"] = "http://m.default.svc:8000"
     async with cluster(doc) as c:
-        assert await c.engine(override=False).start(c.model(), no_report) == Endpoint("http://m.default.svc:8000")
-        assert await c.engine(override=True).start(c.model(), no_report) == Endpoint("http://127.0.0.1:9")
+        assert await c.engine(override=False).start(c.model(), Stages()) == Endpoint("http://m.default.svc:8000")
+        assert await c.engine(override=True).start(c.model(), Stages()) == Endpoint("http://127.0.0.1:9")
 
 
 async def test_failed_is_an_engine_error_with_the_status_message() -> None:
     async with cluster(model_body("m", phase="Pending")) as c:
-        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        start = asyncio.create_task(c.engine().start(c.model(), Stages()))
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"phase": "Failed", "message": "image pull back-off"})
         with pytest.raises(EngineError, match="image pull back-off"):
@@ -211,7 +210,7 @@ async def test_a_stalled_load_fails_when_its_deadline_passes() -> None:
     async with cluster(doc) as c:
         started = time.monotonic()
         with pytest.raises(EngineError, match=r"stalled.*shard 3/8"):
-            await c.engine(now=moving_now).start(c.model(), no_report)
+            await c.engine(now=moving_now).start(c.model(), Stages())
         assert time.monotonic() - started < 2
 
 
@@ -221,7 +220,7 @@ async def test_the_stall_deadline_is_the_configured_one() -> None:
     doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=10.5)))
     async with cluster(doc) as c:
         with pytest.raises(EngineError, match="stalled"):
-            await asyncio.wait_for(c.engine(stall_after=10.0).start(c.model(), no_report), 2)
+            await asyncio.wait_for(c.engine(stall_after=10.0).start(c.model(), Stages()), 2)
 
 
 async def test_progress_moves_the_stall_deadline() -> None:
@@ -238,7 +237,7 @@ async def test_progress_moves_the_stall_deadline() -> None:
             readings.append(c.clock.now())
             return readings[-1]
 
-        start = asyncio.create_task(c.engine(now=watched_now).start(c.model(), no_report))
+        start = asyncio.create_task(c.engine(now=watched_now).start(c.model(), Stages()))
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.set_status("m", {"loadingProgressAt": rfc3339(T0 + timedelta(seconds=1))})
         await c.seen(lambda _: c.model().status.loading_progress_at == T0 + timedelta(seconds=1))
@@ -253,13 +252,13 @@ async def test_progress_moves_the_stall_deadline() -> None:
 async def test_deleted_while_waiting_and_cold_start_budget_are_engine_errors() -> None:
     async with cluster(model_body("m", phase="Idle"), model_body("slow", phase="Idle",
                                                                  serverless={"coldStartTimeout": "200ms"})) as c:
-        start = asyncio.create_task(c.engine().start(c.model(), no_report))
+        start = asyncio.create_task(c.engine().start(c.model(), Stages()))
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         await c.api.remove("m")
         with pytest.raises(EngineError, match="deleted"):
             await asyncio.wait_for(start, 2)
         with pytest.raises(EngineError, match="not Ready within"):
-            await asyncio.wait_for(c.engine().start(c.model("slow"), no_report), 2)
+            await asyncio.wait_for(c.engine().start(c.model("slow"), Stages()), 2)
 
 
 async def test_a_model_held_behind_a_warm_primary_fails_fast() -> None:
@@ -267,7 +266,7 @@ async def test_a_model_held_behind_a_warm_primary_fails_fast() -> None:
     doc["status"]["sharedGroup"] = {"groupName": "g", "state": "Queued", "preemptedBy": "primary/big"}
     async with cluster(doc) as c:
         with pytest.raises(EngineError, match="warm primary big"):
-            await asyncio.wait_for(c.engine().start(c.model(), no_report), 2)
+            await asyncio.wait_for(c.engine().start(c.model(), Stages()), 2)
 
 
 async def test_stop_does_nothing() -> None:
@@ -278,8 +277,8 @@ async def test_stop_does_nothing() -> None:
 
 async def test_each_new_loading_stage_the_manager_writes_is_reported_once() -> None:
     async with cluster(model_body("m", phase="Idle")) as c:
-        reported: list[str] = []
-        start = asyncio.create_task(c.engine().start(c.model(), reported.append))
+        reported = Stages()
+        start = asyncio.create_task(c.engine().start(c.model(), reported))
         await c.seen(lambda _: len(c.api.demand_writes) == 1)
         for substage, message in (("ImagePulling", "pulling"), ("Initializing", "model running"),
                                   ("LoadingWeights", "loading weights (1/4 shards)"),
@@ -289,4 +288,4 @@ async def test_each_new_loading_stage_the_manager_writes_is_reported_once() -> N
                                          "loadingProgressAt": rfc3339(T0)})
         await c.api.set_status("m", {"phase": "Ready", "loadingSubstage": None, "endpoint": "http://m:8000"})
         assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")
-        assert reported == ["server_start", "staging", "health"]
+        assert reported.seen == ["server_start", "staging", "health"]

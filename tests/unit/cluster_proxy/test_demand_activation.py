@@ -1,5 +1,5 @@
 """The proxy's Kubernetes side end to end over a fake API: ``ClusterSide`` (watch cache → dispatcher sync →
-KubeEngine) admitting requests the way the proxy handler does, plus its settings and model projection."""
+KubeEngine) admitting requests the way the proxy handler does, plus its settings."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 
-from flexinfer.api.model import Model
-from flexinfer.assembly.cluster_proxy import cluster_proxy_settings, dispatch_model
+from flexinfer.assembly.cluster_proxy import cluster_proxy_settings
 from flexinfer.core.errors import ModelFailedError, ModelNotFoundError
 from flexinfer.runtime.ports import Endpoint, Grant
 from support.cluster_side import cluster_side
@@ -151,15 +150,18 @@ async def test_keep_alive_patches_for_long_running_requests() -> None:
     assert demand_patches(api, "m") == 2
 
 
-def test_dispatch_model_drops_the_group_pinning_and_idle_stop() -> None:
-    original = Model.model_validate(model_body(
-        "m", gpu={"shared": "gpu0", "priority": 300}, serverless={"minReplicas": 1, "idleTimeout": "1m",
-                                                                 "coldStartTimeout": "90s"}))
-    projected = dispatch_model(original)
-    assert projected.group is None and projected.priority == 300 and projected.min_replicas == 0
-    assert projected.spec.serverless is not None and projected.spec.serverless.cold_start_timeout == "90s"
-    assert projected.spec.serverless.idle_timeout == "876000h"
-    assert dispatch_model(Model.model_validate(model_body("m", serverless={"enabled": False}))).min_replicas == 0
+async def test_the_manager_owns_scaling_a_min_replicas_model_waits_for_a_request_and_idle_is_never_stopped() -> None:
+    api = FakeModelApi()
+    await api.put(model_body("warm", serverless={"minReplicas": 1}))
+    await api.put(model_body("m", serverless={"idleTimeout": "1s"}))
+    await ready(api, "m")
+    async with cluster_side(api) as cluster:
+        (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
+        await cluster.dispatcher.tick()
+        phases = cluster.dispatcher.phases()
+        assert phases == {"default/m": "Ready", "default/warm": "Idle"}, "nothing starts without a request"
+        assert cluster.dispatcher.next_wake is None, "no idle deadline: the manager scales idle models down"
+        assert demand_patches(api, "warm") == 0
 
 
 def test_settings_from_the_environment(caplog: pytest.LogCaptureFixture) -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from flexinfer.api.conventions import INFLIGHT_PREFIX
 from flexinfer.api.model import Model
-from flexinfer.assembly import cluster_proxy as proxy_side
 from flexinfer.assembly.cluster_proxy import ClusterSide
+from flexinfer.cluster_proxy import demand_activator
 from flexinfer.cluster_proxy.demand_report import DemandReport, PodOwner
 from flexinfer.cluster_proxy.inflight_report import InflightReporter, proxy_identity
 from flexinfer.cluster_proxy.model_api import KubeApiError
@@ -168,7 +168,7 @@ async def test_a_refused_first_report_is_not_forwarded_and_the_request_waits_for
 
 async def test_with_a_lagging_watch_the_model_is_reactivated_and_the_request_times_out_unforwarded(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proxy_side, "REFUSAL_WAIT", 0.05)
+    monkeypatch.setattr(demand_activator, "REFUSAL_WAIT", 0.05)
     api = FakeModelApi()
     await ready_model(api)
     async with cluster_side(api) as cluster:

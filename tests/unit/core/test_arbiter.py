@@ -3,6 +3,8 @@ the hold and the starvation bound, timeouts, failures, idle reaping, preload/unl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.arbiter_harness import Harness
@@ -199,6 +201,22 @@ def test_idle_timeout_stops_serverless_but_keeps_min_replicas_warm() -> None:
     assert stops(h) == [(A, False)]
 
 
+def test_without_owning_scaling_an_idle_model_keeps_running_and_min_replicas_waits_for_a_request() -> None:
+    policy = replace(POLICY, owns_scaling=False)
+    h = Harness([make_model("a", idleTimeout="60s"), make_model("w", minReplicas=1)], policy)
+    assert starts(h) == [], "another program keeps minReplicas running"
+    h.finish(bring_up(h, A))
+    h.advance(3600)
+    assert stops(h) == [] and h.arbiter.next_wake() is None, "another program stops idle models"
+    h.finish(bring_up(h, "default/w"))
+    assert starts(h) == [A, "default/w"]
+    h.send(ev.ModelStopped(A))
+    h.advance(3600)
+    assert starts(h) == [A, "default/w"], "a model stopped elsewhere starts again only for a request"
+    h.send(ev.Unload(key("w")))
+    assert stops(h) == [("default/w", False)], "explicit control still stops it"
+
+
 def test_preload_and_unload() -> None:
     h = Harness([make_model("a"), make_model("w", minReplicas=1)], POLICY)
     h.send(ev.Preload(key("a")))
@@ -281,3 +299,15 @@ def test_crash_reported_while_a_stop_is_in_progress_is_an_ordinary_stop() -> Non
     assert (A, False) in stops(h)
     fx = h.send(ev.ModelCrashed(A, "exited"))
     assert "Failed" not in [e.new for e in fx if isinstance(e, ev.PhaseChanged)]
+
+
+def test_a_stop_the_arbiter_did_not_ask_for_says_so_and_an_asked_stop_names_its_cause() -> None:
+    h = Harness([make_model("a", idleTimeout="60s"), make_model("b")], POLICY)
+    h.finish(bring_up(h, A))
+    h.send(ev.ModelStopped(A))  # e.g. in a cluster the manager scaled it down
+    h.finish(bring_up(h, "default/b"))
+    h.send(ev.Unload("default/b"))
+    h.send(ev.ModelStopped("default/b"))
+    stopped = [(c.model, c.detail) for c in h.effects(ev.PhaseChanged) if c.new == "Idle"]
+    assert stopped == [(A, "stopped outside this process (in a cluster: by the manager)"),
+                       ("default/b", "unloaded")]

@@ -9,6 +9,7 @@ import pytest
 
 from flexinfer.core.controller_defaults import (
     ENV_VARS,
+    FLASH_LOADER_ENV_VARS,
     FLEXINFER_IMAGE,
     backend_image_env_name,
     controller_defaults,
@@ -124,9 +125,9 @@ def test_backend_image_overrides_only_for_named_backends() -> None:
 
 
 def test_env_table_names_every_variable_read() -> None:
-    names = {s.name for s in ENV_VARS}
+    names = {s.name for s in (*ENV_VARS, *FLASH_LOADER_ENV_VARS)}
     assert {"DEFAULT_SHM_SIZE_LIMIT", "DEFAULT_FLASH_LOADER_ENABLED", "DEFAULT_FLASH_LOADER_IMAGE",
             "DEFAULT_FLASH_LOADER_CONCURRENCY", "DEFAULT_FLASH_LOADER_BUFFER_KB", "DEFAULT_FLASH_LOADER_VERIFY",
             "DEFAULT_FLASH_LOADER_EXCLUDE", "DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT",
             "FLEXINFER_FLASH_LOADER_IMAGE"} <= names
-    assert all(s.description for s in ENV_VARS)
+    assert all(s.description for s in (*ENV_VARS, *FLASH_LOADER_ENV_VARS))

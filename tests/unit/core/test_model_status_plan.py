@@ -20,7 +20,6 @@ from flexinfer.core.model_status.plan import (
     plan_member,
     swap_source,
 )
-from flexinfer.core.replicas import ReplicaContext
 from support.resource_builders import make_model
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -44,31 +43,31 @@ def test_busy_proxies_ignore_stale_and_foreign_annotations() -> None:
 
 def test_a_ready_loser_is_preempted_and_scaled_to_zero() -> None:
     loser = member("low", phase="Ready")
-    plan = plan_member(MemberInputs(loser, DeploymentFacts(1, 1, 0), LOSE), ReplicaContext(now=T0), POLICY)
+    plan = plan_member(MemberInputs(loser, DeploymentFacts(1, 1, 0), LOSE), T0, POLICY)
     assert plan.replicas == 0 and plan.preempt_now
     assert plan.shared is not None and (plan.shared.state, plan.shared.preempted_at) == ("Preempted", T0)
 
 
 def test_the_drain_gate_holds_the_replica_while_proxies_report_requests_until_the_deadline() -> None:
     inputs = MemberInputs(member("low", phase="Ready"), DeploymentFacts(1, 1, 0), LOSE, busy=True)
-    held = plan_member(inputs, ReplicaContext(now=T0), POLICY)
-    assert held.replicas == 1 and held.draining_until == T0 + timedelta(seconds=60)
+    held = plan_member(inputs, T0, POLICY)
+    assert held.replicas == 1
     preempted = member("low", phase="Preempted", shared_group=SharedGroupStatus(
         group_name="g", state="Preempted", preempted_by="high", preempted_at=T0))
     later = MemberInputs(preempted, DeploymentFacts(1, 1, 0), MemberDecision("Preempted", 1, "high", False), busy=True)
-    assert plan_member(later, ReplicaContext(now=T0 + timedelta(seconds=61)), POLICY).replicas == 0
+    assert plan_member(later, T0 + timedelta(seconds=61), POLICY).replicas == 0
     idle = MemberInputs(preempted, DeploymentFacts(1, 1, 0), MemberDecision("Preempted", 1, "high", False))
-    assert plan_member(idle, ReplicaContext(now=T0 + timedelta(seconds=5)), POLICY).replicas == 0
+    assert plan_member(idle, T0 + timedelta(seconds=5), POLICY).replicas == 0
 
 
 def test_the_winner_of_a_swap_opens_a_swap_activation_at_the_decision() -> None:
     winner = member("high", 200, phase="Idle", last_active_time=T0 - timedelta(seconds=1))
     inputs = MemberInputs(winner, DeploymentFacts(0, 0, 0), MemberDecision("Active", 0, "", False),
                           swap=("low", T0 - timedelta(seconds=2)))
-    plan = plan_member(inputs, ReplicaContext(now=T0), POLICY)
+    plan = plan_member(inputs, T0, POLICY)
     assert plan.replicas == 1
     finished = finish_member(inputs, plan, DeploymentFacts(1, 0, 0), None, T0)
-    act = finished.inputs.activation
+    act = finished.activation
     assert finished.phase == "Pending" and act is not None
     assert (act.kind, act.decided_at, act.preempted) == ("swap", T0 - timedelta(seconds=2), "low")
     assert act.demand_since is None  # demand after the decision is not queue time

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flexinfer.api.model import Model
-from flexinfer.core.replicas import ReplicaContext, cold_start_timeout_seconds, desired_replicas, idle_timeout_seconds
+from flexinfer.core.replicas import cold_start_timeout_seconds, desired_replicas, idle_timeout_seconds
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -16,8 +16,8 @@ def model(status: dict[str, Any] | None = None, **spec: Any) -> Model:
     return Model.model_validate({"metadata": {"name": "m"}, "spec": body, "status": status or {}})
 
 
-def desired(m: Model, **ctx: Any) -> int:
-    return desired_replicas(m, ReplicaContext(now=NOW, **ctx))
+def desired(m: Model, in_flight: bool = False) -> int:
+    return desired_replicas(m, NOW, in_flight=in_flight)
 
 
 def ago(seconds: float) -> str:
@@ -33,14 +33,12 @@ def test_timeouts_default_and_override() -> None:
 
 
 def test_rules_in_order() -> None:
-    assert desired(model(), kv_cache_evicted=True) == 0
     queued = model({"sharedGroup": {"state": "Queued"}, "lastActiveTime": ago(1)}, gpu={"shared": "g"})
     assert desired(queued) == 0
     assert desired(model(serverless={"enabled": False})) == 1
     assert desired(model()) == 0
     assert desired(model(serverless={"minReplicas": 2})) == 2
     assert desired(model(config={"warmPolicy": "primary"})) == 1
-    assert desired(model(config={"warmPolicy": "primary"}), warm_primary_allowed=False) == 0
     assert desired(model({"phase": "Loading", "lastActiveTime": ago(3600)})) == 1, "never reap mid-load"
     assert desired(model({"phase": "Ready", "lastActiveTime": ago(301)})) == 0
     assert desired(model({"phase": "Ready", "lastActiveTime": ago(299)})) == 1

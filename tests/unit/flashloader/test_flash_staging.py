@@ -11,7 +11,7 @@ import pytest
 
 from flexinfer.core.errors import InsufficientSpaceError, StagingError
 from flexinfer.flashloader.config import StageSettings
-from flexinfer.flashloader.staging import stage, stage_blocking
+from flexinfer.flashloader.staging import stage, stage_blocking, within_limit
 from support.file_trees import read_tree, write_tree
 
 MODEL = {
@@ -149,6 +149,19 @@ def test_nothing_to_copy_skips_space_check(src: Path, dst: Path) -> None:
     write_tree(src, {"a.bin": b"x"})
     stage_blocking(src, dst)
     assert stage_blocking(src, dst, free_space=lambda _path: 0).ok
+
+
+def test_a_size_limit_counts_what_the_destination_already_holds(src: Path, dst: Path) -> None:
+    write_tree(src, {"a.bin": b"x" * 1000})
+    write_tree(dst, {"old/b.bin": b"y" * 3000})
+    (dst / "link").symlink_to(src / "a.bin")
+    limited = within_limit(20 * 2**20, lambda _path: 10**12)
+    assert limited(str(dst)) == 20 * 2**20 - 3000, "regular files under the destination count, links do not"
+    assert within_limit(20 * 2**20, lambda _path: 7)(str(dst)) == 7, "the filesystem's free space still caps it"
+    with pytest.raises(InsufficientSpaceError) as caught:
+        stage_blocking(src, dst, free_space=within_limit(2**20, lambda _path: 10**12))
+    assert caught.value.available == 2**20 - 3000
+    assert read_tree(dst) == {"old/b.bin": b"y" * 3000}, "nothing copied"
 
 
 class GrowOnFirstChunk:

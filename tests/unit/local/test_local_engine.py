@@ -70,24 +70,17 @@ async def test_not_ready_within_startup_timeout(engine: LocalEngine, weights: Pa
 
 
 async def test_crash_after_ready_is_reported(settings: LocalEngineSettings, weights: Path) -> None:
-    exits: list[tuple[str, int]] = []
-    exited = asyncio.Event()
-
-    def on_exit(model: Model, code: int) -> None:
-        exits.append((model.key, code))
-        exited.set()
-
-    engine = LocalEngine(settings, on_exit=on_exit)
+    engine, report = LocalEngine(settings), Stages()
     model = make_model("crashy", weights.as_uri(), {"command": fake_openai_command("--crash-mid-stream")})
     try:
-        endpoint = await engine.start(model, Stages())
+        endpoint = await engine.start(model, report)
         async with aiohttp.ClientSession() as session:
             body = {"model": "m", "stream": True, "messages": []}
             with pytest.raises(aiohttp.ClientError):
                 async with session.post(endpoint.base_url + "/v1/chat/completions", json=body) as response:
                     await response.read()
-        await asyncio.wait_for(exited.wait(), 10)
-        assert exits == [(model.key, 3)]
+        await asyncio.wait_for(report.exited_event.wait(), 10)
+        assert report.exits == ["model server exited with status 3"]
         assert engine.endpoint(model.key) is None
         assert engine.child_pids == []
         assert any("exited with status 3" in line for line in engine.logs.tail(model.key) or [])

@@ -9,14 +9,18 @@ import os
 from pathlib import Path
 
 from flexinfer.api.model import Model
+from flexinfer.api.modelcache import ModelCache
 from flexinfer.local.reloading import ManifestReloader, signature
 from support.local_serve import model_manifest, write_manifests
 from support.polling import eventually
 
 
-def reloader(models_dir: Path, applied: list[list[Model]], interval: float = 0.01) -> ManifestReloader:
-    async def apply(models: list[Model]) -> None:
+def reloader(models_dir: Path, applied: list[list[Model]], interval: float = 0.01,
+             caches_applied: list[list[ModelCache]] | None = None) -> ManifestReloader:
+    async def apply(models: list[Model], caches: list[ModelCache]) -> None:
         applied.append(models)
+        if caches_applied is not None:
+            caches_applied.append(caches)
 
     return ManifestReloader([models_dir], [], apply, installed=None, base_dir=models_dir, interval=interval)
 
@@ -37,13 +41,30 @@ async def test_accepted_rejected_and_unchanged_reloads(tmp_path: Path) -> None:
     status = await r.reload("signal")
     assert status.result == "rejected" and len(applied) == 1
     assert len(status.errors) == 2 and all("spec.config.startupTimeout" in e for e in status.errors)
-    assert status.errors[1].startswith(str(models_dir / "models.yaml") + ":19: "), "file and line, as validate"
+    assert status.errors[1].startswith(str(models_dir / "models.yaml") + ":19:5: "), "file, line, column as validate"
     assert status.as_json()["error"] == "; ".join(status.errors)
 
     write(models_dir, tmp_path, "a")
     status = await r.reload("signal")
     assert status.result == "unchanged" and status.errors == [] and len(applied) == 1
     assert status.reloads == 3
+
+
+async def test_a_model_cache_edit_is_applied_with_the_models(tmp_path: Path) -> None:
+    """A ModelCache carries flash-loader settings: editing only it is a change the assembly must get."""
+    models_dir, applied, caches = tmp_path / "models", [], []
+    write(models_dir, tmp_path, "a")
+    r = reloader(models_dir, applied, caches_applied=caches)
+    cache = {"apiVersion": "ai.flexinfer/v1alpha1", "kind": "ModelCache", "metadata": {"name": "a-cache"},
+             "spec": {"source": "file:///w", "flashLoader": {"enabled": True, "concurrency": 2}}}
+    write_manifests(models_dir / "caches.yaml", [cache])
+    assert (await r.reload("signal")).result == "applied"
+    assert [[(c.name, c.spec.flash_loader.concurrency if c.spec.flash_loader else None) for c in cs]
+            for cs in caches] == [[("a-cache", 2)]]
+    assert [m.name for m in applied[0]] == ["a"]
+    assert (await r.reload("signal")).result == "unchanged"
+    (models_dir / "caches.yaml").unlink()
+    assert (await r.reload("signal")).result == "applied" and caches[-1] == []
 
 
 async def test_a_missing_directory_and_an_empty_one_are_rejected(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Flash-loader staging in the local engine: when it applies, where weights go, and refusing on no space."""
+"""Flash-loader staging in the local engine: when it applies (the cluster's resolution: environment defaults,
+a matching ModelCache, the Model), the settings the stager gets, where weights go, and refusing on no space."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from pathlib import Path
 import pytest
 
 from flexinfer.api.model import Model
+from flexinfer.core.controller_defaults import FlashLoaderDefaults
 from flexinfer.core.errors import EngineError, InsufficientSpaceError
-from flexinfer.local.engine import LocalEngine, LocalEngineSettings, flash_enabled
+from flexinfer.core.flashloader_settings import FlashLoaderConfig
+from flexinfer.local.engine import LocalEngine, LocalEngineSettings
+from flexinfer.local.flash_settings import FlashSettings
 from support.local_processes import Stages, make_model, stub_command
+from support.resource_builders import make_cache
 
 
 class CopyStager:
@@ -19,9 +24,11 @@ class CopyStager:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Path, Path]] = []
+        self.configs: list[FlashLoaderConfig] = []
 
-    async def __call__(self, model: Model, src: Path, dst: Path) -> None:
+    async def __call__(self, model: Model, src: Path, dst: Path, config: FlashLoaderConfig) -> None:
         self.calls.append((model.key, src, dst))
+        self.configs.append(config)
         await asyncio.to_thread(copy_into, src, dst)
 
 
@@ -34,17 +41,36 @@ def same_bytes(a: Path, b: Path) -> bool:
 
 
 class FullStager:
-    async def __call__(self, model: Model, src: Path, dst: Path) -> None:
+    async def __call__(self, model: Model, src: Path, dst: Path, config: FlashLoaderConfig) -> None:
         raise InsufficientSpaceError(needed=10_000, available=10, path=str(dst))
 
 
-def test_flash_enabled_rule() -> None:
-    assert not flash_enabled(make_model("a", "file:///w"))
-    assert flash_enabled(make_model("a", "file:///w", cache={"flashLoader": {"enabled": True}}))
-    assert not flash_enabled(make_model("a", "file:///w", cache={"flashLoader": {"enabled": False},
-                                                                "strategy": "Local"}, gpu={"shared": "g"}))
-    assert flash_enabled(make_model("a", "file:///w", cache={"strategy": "Local"}, gpu={"shared": "g"}))
-    assert not flash_enabled(make_model("a", "file:///w", cache={"strategy": "Local"}))
+async def start_staged(settings: LocalEngineSettings, model: Model, flash: FlashSettings) -> CopyStager:
+    stager = CopyStager()
+    engine = LocalEngine(settings, stager=stager, flash=flash)
+    try:
+        await engine.start(model, Stages())
+    finally:
+        await engine.aclose()
+    return stager
+
+
+async def test_a_matching_model_cache_decides_staging_and_its_settings(settings: LocalEngineSettings,
+                                                                      weights: Path) -> None:
+    model = make_model("cached", weights.as_uri(), {"command": stub_command()})
+    assert (await start_staged(settings, model, FlashSettings())).calls == [], "off without any layer enabling it"
+    cache = make_cache("cached-cache", flash_loader={"enabled": True, "concurrency": 7, "tmpfsSizeLimit": "2Gi"})
+    stager = await start_staged(settings, model, FlashSettings(caches=(cache,)))
+    assert [(c.enabled, c.concurrency, c.tmpfs_size_limit) for c in stager.configs] == [(True, 7, "2Gi")]
+
+
+async def test_environment_defaults_enable_staging_and_the_model_overrides(settings: LocalEngineSettings,
+                                                                           weights: Path) -> None:
+    flash = FlashSettings(FlashLoaderDefaults(enabled=True, concurrency=2))
+    plain = make_model("plain", weights.as_uri(), {"command": stub_command()})
+    assert [c.concurrency for c in (await start_staged(settings, plain, flash)).configs] == [2]
+    off = make_model("off", weights.as_uri(), {"command": stub_command()}, cache={"flashLoader": {"enabled": False}})
+    assert (await start_staged(settings, off, flash)).calls == []
 
 
 async def test_server_starts_on_the_staged_copy(settings: LocalEngineSettings, weights: Path) -> None:

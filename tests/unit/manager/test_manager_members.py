@@ -1,6 +1,7 @@
 """The manager's election members carry the proxies' wait markers (``flexinfer.ai/waiting-since``): a member
 waiting longer than ``ElectionPolicy.max_wait`` wins against a busy higher-priority leader, a garbage
-marker is ignored with one log line per value, and the reconcile timer fires when a marker crosses the bound."""
+marker is ignored with one log line per value, and the reconcile timer fires when a marker crosses the bound.
+The facts come from the reconciler's store (``Reconciler.facts``), the election from ``plan_unit``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import pytest
 from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.cluster_proxy.demand import rfc3339
 from flexinfer.core.controller_defaults import ControllerDefaults
-from flexinfer.core.election import ElectionPolicy
+from flexinfer.core.election import Election, ElectionPolicy
 from flexinfer.core.model_status.plan import WAKE_MARGIN, ManagerPolicy, next_wakeup
+from flexinfer.core.unit_plan import plan_unit
 from flexinfer.manager.client import KubeApi
 from flexinfer.manager.reconciler import Reconciler
 from flexinfer.manager.store import Store, Unit
+from support.recording_kube import RecordingKubeApi
 from support.resource_builders import model_doc
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -40,8 +43,15 @@ def member(store: Store, name: str, priority: int, marker: str | None = None, **
 
 
 def reconciler(store: Store) -> Reconciler:
-    return Reconciler(cast(KubeApi, None), store, ControllerDefaults(), POLICY, sink=Sink(),
-                      scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None)  # type: ignore[arg-type,return-value]
+    return Reconciler(cast(KubeApi, RecordingKubeApi(store)), store, ControllerDefaults(), POLICY, sink=Sink(),
+                      scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None,  # type: ignore[arg-type,return-value]
+                      clock=lambda: NOW)
+
+
+def election(store: Store) -> Election:
+    elected = plan_unit(reconciler(store).facts(GROUP, NOW), ControllerDefaults(), POLICY).election
+    assert elected is not None
+    return elected
 
 
 def models(store: Store) -> list[Any]:
@@ -57,9 +67,9 @@ def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_leader()
     store = Store()
     busy_high(store)
     member(store, "low", 100, rfc3339(NOW - timedelta(seconds=3)))
-    election = reconciler(store).election(GROUP, models(store), NOW)
-    assert (election.leader, election.reason) == ("low", "starvation_bound")
-    assert election.members["high"].state == "Preempted" and election.members["high"].preempt_now
+    elected = election(store)
+    assert (elected.leader, elected.reason) == ("low", "starvation_bound")
+    assert elected.members["high"].state == "Preempted" and elected.members["high"].preempt_now
 
 
 def test_a_marker_younger_than_max_wait_or_absent_leaves_the_leader() -> None:
@@ -67,17 +77,18 @@ def test_a_marker_younger_than_max_wait_or_absent_leaves_the_leader() -> None:
         store = Store()
         busy_high(store)
         member(store, "low", 100, marker)
-        assert reconciler(store).election(GROUP, models(store), NOW).leader == "high"
+        assert election(store).leader == "high"
 
 
-def test_a_garbage_marker_is_ignored_and_logged_once_per_value(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_garbage_marker_is_ignored_and_logged_once_per_value(caplog: pytest.LogCaptureFixture) -> None:
     store = Store()
     busy_high(store)
     member(store, "low", 100, "yesterday")
+    assert election(store).leader == "high"
     subject = reconciler(store)
     with caplog.at_level(logging.WARNING, logger="flexinfer.manager"):
         for _ in range(3):
-            assert subject.election(GROUP, models(store), NOW).leader == "high"
+            await subject.reconcile(GROUP)
     assert [r.getMessage() for r in caplog.records if "yesterday" in r.getMessage()] == [
         f"model ns/low: ignoring annotation {WAITING_SINCE_ANNOTATION}='yesterday' (not an RFC 3339 time)"]
 

@@ -179,10 +179,15 @@ class ObserveStage:
 
 @dataclass(frozen=True)
 class PhaseChanged:
+    """``reason``: the condition reason (CamelCase); ``detail``: why, for people: the stop's cause ("idle timeout",
+    "unloaded", "preempted by ns/name", …) or the failure's error; ``retry_in``: a failure's backoff (seconds)."""
+
     model: ModelKey
     old: str | None
     new: str
     reason: str = ""
+    detail: str = ""
+    retry_in: float | None = None
 
 
 @dataclass(frozen=True)

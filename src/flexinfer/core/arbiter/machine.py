@@ -200,8 +200,8 @@ class Arbiter:
         slot.activation, slot.preempted_by = None, None
         slot.failures += 1
         backoff = self.policy.backoff(slot.failures)
-        slot.retry_at, slot.wanted, slot.last_error = now + backoff, False, error
-        self._phase(slot, FAILED, reason)
+        slot.retry_at, slot.wanted, slot.last_error, slot.stop_cause = now + backoff, False, error, ""
+        self._phase(slot, FAILED, reason, error, backoff)
         for ticket in list(slot.queue.values()):
             self._reject(slot, ticket, failed_error(slot, error, backoff))
         if slot.group is not None and self.next_up.get(slot.group) == slot.key:
@@ -211,11 +211,13 @@ class Arbiter:
         slot = self.slots.get(key)
         if slot is None or not slot.running:
             return
-        slot.running, slot.stopping, slot.endpoint = False, False, None
+        cause = slot.stop_cause or "stopped outside this process (in a cluster: by the manager)"
+        slot.running, slot.stopping, slot.endpoint, slot.stop_cause = False, False, None, ""
         slot.drain_until, slot.ready_since, slot.activation = None, None, None
         if slot.phase != FAILED:
             preempted = slot.preempted_by is not None and slot.phase in (READY, LOADING)
-            self._phase(slot, PREEMPTED if preempted else IDLE, "Preempted" if preempted else "WaitingForActivation")
+            self._phase(slot, PREEMPTED if preempted else IDLE, "Preempted" if preempted else "WaitingForActivation",
+                        cause)
         slot.preempted_by = None
         if slot.removed and not slot.in_flight:
             self._forget(slot)
@@ -254,7 +256,7 @@ class Arbiter:
             return
         slot.wanted, slot.held_off = False, True
         if slot.running:
-            self._retire(slot, now)
+            self._retire(slot, now, "unloaded")
 
     def _shutdown(self, now: float, drain_timeout: float | None) -> None:
         self.shutting_down = True
@@ -264,7 +266,7 @@ class Arbiter:
                 self._reject(slot, ticket, ShuttingDownError("FlexInfer is shutting down"))
             slot.wanted = False
             if slot.running:
-                self._retire(slot, now, timeout=drain_timeout)
+                self._retire(slot, now, "shutdown", timeout=drain_timeout)
 
     def _replace(self, models: Iterable[Model], now: float) -> None:
         declared = {m.key: m for m in models}
@@ -293,16 +295,16 @@ class Arbiter:
             return
         if self.policy.restart_changed:
             slot.wanted = not self.shutting_down
-            self._retire(slot, now)
+            self._retire(slot, now, "manifest changed")
         elif moved:
-            self._retire(slot, now)
+            self._retire(slot, now, "moved to another GPU group")
 
     def _remove(self, slot: Slot, now: float) -> None:
         slot.removed, slot.wanted = True, False
         for ticket in list(slot.queue.values()):
             self._reject(slot, ticket, ModelNotFoundError(slot.model.name))
         if slot.running:
-            self._retire(slot, now)
+            self._retire(slot, now, "removed from the manifests")
         elif not slot.in_flight:
             self._forget(slot)
 
@@ -312,10 +314,13 @@ class Arbiter:
 
     # ------------------------------------------------------------ stopping
 
-    def _retire(self, slot: Slot, now: float, winner: Slot | None = None, timeout: float | None = None) -> None:
-        """Take the model off its GPU: a loading model stops now; a Ready one drains first (bounded)."""
+    def _retire(self, slot: Slot, now: float, cause: str, winner: Slot | None = None,
+                timeout: float | None = None) -> None:
+        """Take the model off its GPU: a loading model stops now; a Ready one drains first (bounded). ``cause``
+        says why, for the stop's ``PhaseChanged`` (the first cause given wins)."""
         if slot.stopping:
             return
+        slot.stop_cause = slot.stop_cause or cause
         if winner is not None:
             slot.preempted_by = winner.key
         if slot.loading or not slot.in_flight:
@@ -336,10 +341,10 @@ class Arbiter:
                     f"Timeout waiting for model '{slot.model.name}' to become ready (waited {waited:.1f}s)"))
             if slot.drain_until is not None and slot.drain_until <= now and not slot.stopping:
                 self._stop(slot, forced=True)
-            idle_end = slot.idle_deadline()
+            idle_end = slot.idle_deadline(self.policy)
             if idle_end is not None and idle_end <= now:
-                self._retire(slot, now)
-            if slot.phase == PENDING and not slot.running and not slot.queue and not slot.pinned():
+                self._retire(slot, now, "idle timeout")
+            if slot.phase == PENDING and not slot.running and not slot.queue and not slot.pinned(self.policy):
                 self._phase(slot, IDLE, "WaitingForActivation")
 
     # ------------------------------------------------------------ arbitration
@@ -365,7 +370,7 @@ class Arbiter:
     def _start_next(self, group: str, members: list[Slot], now: float) -> None:
         planned_key = self.next_up.pop(group, None)
         planned = self.slots.get(planned_key) if planned_key is not None else None
-        if planned is not None and not planned.wants_gpu(now):
+        if planned is not None and not planned.wants_gpu(now, self.policy):
             planned.activation, planned = None, None
         winner = planned or first_choice(members, now, self.policy)
         if winner is None:
@@ -382,7 +387,7 @@ class Arbiter:
         self.next_up[group] = winner.key
         winner.activation = Activation(winner.key, now, "swap", holder.key, winner.oldest_wait)
         self._emit(ev.Preempted(group, holder.key, winner.key))
-        self._retire(holder, now, winner)
+        self._retire(holder, now, f"preempted by {winner.key}", winner)
 
     def _finish_shutdown(self) -> None:
         if self.shutting_down and not self._shutdown_done and not any(s.running for s in self.slots.values()):
@@ -401,10 +406,10 @@ class Arbiter:
             yield from (t.deadline for t in slot.queue.values())
             if slot.drain_until is not None and not slot.stopping:
                 yield slot.drain_until
-            idle_end = slot.idle_deadline()
+            idle_end = slot.idle_deadline(self.policy)
             if idle_end is not None:
                 yield idle_end
-            if slot.retry_at is not None and slot.pinned():
+            if slot.retry_at is not None and slot.pinned(self.policy):
                 yield slot.retry_at
         for members in self._groups().values():
             holder = next((s for s in members if s.servable), None)
@@ -414,12 +419,12 @@ class Arbiter:
 
     # ------------------------------------------------------------ small pieces
 
-    def _phase(self, slot: Slot, new: str, reason: str) -> None:
+    def _phase(self, slot: Slot, new: str, reason: str, detail: str = "", retry_in: float | None = None) -> None:
         if slot.phase == new:
             return
         check_transition(slot.phase, new)
         old, slot.phase = slot.phase, new
-        self._emit(ev.PhaseChanged(slot.key, old, new, reason))
+        self._emit(ev.PhaseChanged(slot.key, old, new, reason, detail, retry_in))
 
     def _emit(self, effect: Effect) -> None:
         self._fx.append(effect)

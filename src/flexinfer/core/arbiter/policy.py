@@ -25,6 +25,12 @@ class ArbiterPolicy:
     restart_changed: bool = False
     """A model whose manifest changed restarts (drain, stop, start): the local engine runs the manifest itself.
     Off where something else rolls the server out (the in-cluster proxy: the manager does)."""
+    owns_scaling: bool = True
+    """This arbiter decides when a model runs without requests: it keeps pinned models running (``minReplicas >=
+    1``, or ``serverless.enabled: false``, started without a request) and stops a Ready model nobody used for
+    its ``idleTimeout``. Off where another program owns scaling (the in-cluster proxy: the manager keeps
+    ``minReplicas`` and scales idle models to zero): a model then starts only for a request or a preload and
+    stops only when told (unload, removal, shutdown) or when its engine reports it stopped."""
 
     def backoff(self, failures: int) -> float:
         """Backoff after ``failures`` consecutive failed starts (``failures`` >= 1)."""

@@ -49,6 +49,8 @@ class Slot:
     drain_until: float | None = None
     """Set while draining: no new grants; stopped when in-flight reaches 0 or at this time."""
     stopping: bool = False
+    stop_cause: str = ""
+    """Why the arbiter is taking the model off its GPU (set with ``stopping``/draining; cleared once stopped)."""
     preempted_by: ModelKey | None = None
     wanted: bool = False
     held_off: bool = False
@@ -82,19 +84,22 @@ class Slot:
     def oldest_wait(self) -> float | None:
         return min((t.arrived for t in self.queue.values()), default=None)
 
-    def pinned(self) -> bool:
-        """Kept running without demand: ``minReplicas >= 1`` (unless unloaded) or an explicit preload."""
-        return self.wanted or (self.model.min_replicas >= 1 and not self.held_off)
+    def pinned(self, policy: ArbiterPolicy) -> bool:
+        """Kept running without demand: an explicit preload, or ``minReplicas >= 1`` (unless unloaded) where
+        this arbiter owns scaling."""
+        floor = policy.owns_scaling and self.model.min_replicas >= 1 and not self.held_off
+        return self.wanted or floor
 
     def backing_off(self, now: float) -> bool:
         return self.phase == FAILED and self.retry_at is not None and now < self.retry_at
 
-    def wants_gpu(self, now: float) -> bool:
-        return not self.removed and not self.backing_off(now) and (bool(self.queue) or self.pinned())
+    def wants_gpu(self, now: float, policy: ArbiterPolicy) -> bool:
+        return not self.removed and not self.backing_off(now) and (bool(self.queue) or self.pinned(policy))
 
-    def idle_deadline(self) -> float | None:
-        """When a Ready, unpinned, unused model is stopped by the idle timeout."""
-        if not self.servable or self.queue or self.in_flight or self.pinned():
+    def idle_deadline(self, policy: ArbiterPolicy) -> float | None:
+        """When a Ready, unpinned, unused model is stopped by the idle timeout (never where this arbiter does
+        not own scaling)."""
+        if not policy.owns_scaling or not self.servable or self.queue or self.in_flight or self.pinned(policy):
             return None
         base = max(t for t in (self.last_active, self.ready_since) if t is not None)
         return base + idle_timeout_seconds(self.model)
@@ -118,7 +123,7 @@ def starving(slots: Iterable[Slot], now: float, policy: ArbiterPolicy) -> Slot |
 def first_choice(slots: Sequence[Slot], now: float, policy: ArbiterPolicy) -> Slot | None:
     """Who gets a free GPU: a starving model; else the best with waiting tickets (priority, oldest wait,
     name); else the best pinned/preloaded model."""
-    candidates = [s for s in slots if s.wants_gpu(now)]
+    candidates = [s for s in slots if s.wants_gpu(now, policy)]
     hungry = starving(candidates, now, policy)
     if hungry is not None:
         return hungry
@@ -134,7 +139,7 @@ def challenger(holder: Slot, slots: Sequence[Slot], now: float, policy: ArbiterP
     3. The best waiting model wins if the holder is idle (no queued or in-flight requests), or if it has
        strictly higher priority than the busy holder. Pinned models without tickets never preempt.
     """
-    others = [s for s in slots if s is not holder and s.queue and s.wants_gpu(now)]
+    others = [s for s in slots if s is not holder and s.queue and s.wants_gpu(now, policy)]
     hungry = starving(others, now, policy)
     if hungry is not None:
         return hungry

@@ -1,8 +1,9 @@
 """Manifest rendering: a Model (+ controller defaults + ModelCaches) → the objects the manager applies.
 
 ``render_model`` returns the Deployment and the Service (spec §1.4) as plain dicts;
-``render_tmpfs_cleanup_job`` the Job run when a shared model is deleted (spec §2.5). Pure: the Kubernetes
-engine applies the result, ``flexinfer render`` prints it. Desired replicas come from the lifecycle core.
+``render_tmpfs_cleanup_job`` the Job run when a shared model is deleted (spec §2.5). Pure: the manager's
+reconcile plan (``flexinfer.core.unit_plan``) renders with the member's planned replicas and the manager
+applies the result; ``flexinfer render`` prints it.
 """
 
 from __future__ import annotations

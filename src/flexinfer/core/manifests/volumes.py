@@ -19,7 +19,7 @@ from flexinfer.core.cache_strategy import (
     pvc_source_parts,
 )
 from flexinfer.core.controller_defaults import FLEXINFER_IMAGE_REPOSITORY
-from flexinfer.core.flashloader_settings import FlashLoaderConfig
+from flexinfer.core.flashloader_settings import FlashLoaderConfig, staging_variables
 from flexinfer.core.profiles import COMPILE_CACHE_MOUNT
 
 MODEL_MOUNT = "/models"
@@ -109,14 +109,5 @@ def flash_loader_container(model: Model, config: FlashLoaderConfig) -> Json:
 
 
 def _flash_env(model: Model, config: FlashLoaderConfig) -> list[Json]:
-    variant = "fp16" if model.spec.config.get("useFp16") == "1" else ""
-    pairs = [
-        (conventions.FLASH_SRC, FLASH_SRC_MOUNT), (conventions.FLASH_DST, MODEL_MOUNT),
-        (conventions.FLASH_CONCURRENCY, str(config.concurrency)),
-        (conventions.FLASH_BUFFER_KB, str(config.buffer_size_kb)),
-        (conventions.FLASH_VERIFY, "true" if config.verify_integrity else "false"),
-        (conventions.FLASH_EXCLUDE, config.exclude_patterns), (conventions.FLASH_VARIANT, variant),
-    ]
-    if config.max_rate:
-        pairs.append((conventions.FLASH_MAX_RATE, config.max_rate))
-    return [{"name": name, "value": value} for name, value in pairs]
+    paths = {conventions.FLASH_SRC: FLASH_SRC_MOUNT, conventions.FLASH_DST: MODEL_MOUNT}
+    return [{"name": name, "value": value} for name, value in {**paths, **staging_variables(model, config)}.items()]

@@ -7,8 +7,9 @@
   semantics from ``flexinfer.core.phases``), and ``status_patch``: the merge patch from one status to
   another (empty when nothing changed, so the manager writes only on change).
 
-Called by the Kubernetes engine's reconciler (``flexinfer.manager.reconciler``) through
-``flexinfer.core.model_status.plan``.
+``failed_status`` and ``with_ignored_fields`` set ``ConfigValid=False`` for an invalid Model or a field ignored
+in a stored object; ``ready_since`` is the Ready instant the cluster recorded. Called by the manager's reconcile
+plan (``flexinfer.core.unit_plan``) and by ``flexinfer.core.model_status.plan``.
 """
 
 from __future__ import annotations

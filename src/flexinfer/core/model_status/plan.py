@@ -1,12 +1,13 @@
-"""One reconcile of one Model, decided purely: shared-group state, replicas (with the swap drain gate),
-the activation record and the latency observations.
+"""One member's part of a reconcile pass, decided purely: shared-group state, replicas (with the swap drain
+gate) and the status inputs with the activation record.
 
-The Kubernetes reconciler (``flexinfer.manager.reconciler``) calls, per member and in this order:
-``plan_member`` (replicas to apply; whether this pass preempts the member), then, with the Deployment
-as applied, ``finish_member`` (the new status and, when the model just became Ready, its cold-start /
-swap observations). ``next_wakeup`` says when a timer must re-reconcile a group (idle timeout, demand
-and cooldown windows, drain deadline, lease expiry, a wait marker crossing the starvation bound) so
-nothing is polled.
+``flexinfer.core.unit_plan`` calls, once per member and pass: ``plan_member`` (replicas to apply; whether this
+pass preempts the member), then, with the Deployment as stored and the newest pod's loading detail,
+``finish_member`` (phase, shared-group status and ``status.activation`` for ``build_status``).
+``next_wakeup`` says when a timer must re-reconcile a unit (idle timeout, demand and cooldown windows,
+drain deadline, lease expiry, a wait marker crossing the starvation bound) so nothing is polled.
+``activation_clock`` and ``STAGE_OF_SUBSTAGE`` serve the manager's lifecycle tracker
+(``flexinfer.manager.lifecycle``), which turns the activation record into cold-start / swap observations.
 
 Drain (swap): a member that loses the GPU while Ready is marked Preempted at once (proxies stop sending
 it requests) but keeps its replica while any proxy reports in-flight requests for it (annotation
@@ -35,7 +36,7 @@ from flexinfer.core.election import (
 )
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.model_status.build import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
-from flexinfer.core.replicas import ReplicaContext, desired_replicas, idle_timeout_seconds
+from flexinfer.core.replicas import desired_replicas, idle_timeout_seconds
 
 STAGE_OF_SUBSTAGE: Final[dict[str, str]] = {
     "ImagePulling": "server_start", "Initializing": "server_start", "Compiling": "server_start",
@@ -70,11 +71,12 @@ class MemberInputs:
 
 @dataclass(frozen=True)
 class MemberPlan:
+    """Replicas to apply and the member's shared-group status; ``preempt_now`` when it loses the GPU while Ready."""
+
     replicas: int
     shared: SharedGroupStatus | None
     preempt_now: bool = False
     preempted_message: str = ""
-    draining_until: datetime | None = None
 
 
 def inflight_refreshes(annotations: Mapping[str, str]) -> dict[str, datetime]:
@@ -115,23 +117,21 @@ def shared_status(model: Model, decision: MemberDecision, now: datetime) -> Shar
                              preempted_at=preempted_at)
 
 
-def plan_member(inputs: MemberInputs, ctx: ReplicaContext, policy: ManagerPolicy) -> MemberPlan:
-    """Replicas to apply and the member's shared-group status (spec §3.2, §3.5 + the drain gate)."""
+def plan_member(inputs: MemberInputs, now: datetime, policy: ManagerPolicy) -> MemberPlan:
+    """Replicas to apply and the member's shared-group status (spec §3.2, §3.5 + the drain gate: a preempted
+    member keeps its replicas while ``inputs.busy``, until ``preemptedAt + drain_timeout``)."""
     model, decision = inputs.model, inputs.decision
-    ctx = replace(ctx, in_flight=inputs.busy)
     if decision is None or model.group is None:
-        return MemberPlan(desired_replicas(model, ctx), None)
-    shared = shared_status(model, decision, ctx.now)
+        return MemberPlan(desired_replicas(model, now, in_flight=inputs.busy), None)
+    shared = shared_status(model, decision, now)
     scoped = model.model_copy(update={"status": model.status.model_copy(update={"shared_group": shared})})
-    plan = MemberPlan(desired_replicas(scoped, ctx), shared, decision.preempt_now,
+    plan = MemberPlan(desired_replicas(scoped, now, in_flight=inputs.busy), shared, decision.preempt_now,
                       _preempted_message(decision, inputs.leader))
     live = inputs.deployment
-    if (shared.state == "Preempted" and plan.replicas == 0 and inputs.busy and live is not None
-            and live.replicas > 0 and shared.preempted_at is not None):
-        until = shared.preempted_at + timedelta(seconds=policy.drain_timeout)
-        if ctx.now < until:
-            plan = replace(plan, replicas=live.replicas, draining_until=until)
-    return plan
+    draining = (shared.state == "Preempted" and plan.replicas == 0 and inputs.busy and live is not None
+                and live.replicas > 0 and shared.preempted_at is not None
+                and now < shared.preempted_at + timedelta(seconds=policy.drain_timeout))
+    return replace(plan, replicas=live.replicas) if draining and live is not None else plan
 
 
 def swap_source(winner: Model, members: Iterable[tuple[str, SharedGroupStatus | None]]) -> tuple[str, datetime] | None:
@@ -176,25 +176,17 @@ def activation_clock(model: Model) -> Activation | None:
                       demand_since=demand)
 
 
-@dataclass(frozen=True)
-class FinishedMember:
-    """The status to write and the phase it carries."""
-
-    inputs: StatusInputs
-    phase: Phase
-
-
-def finish_member(inputs: MemberInputs, plan: MemberPlan, applied: DeploymentFacts | None,
-                  loading: LoadingDetail | None, now: datetime) -> FinishedMember:
-    """Status inputs from the Deployment as applied; a model Ready again clears its ``preemptedAt``."""
+def finish_member(inputs: MemberInputs, plan: MemberPlan, deployment: DeploymentFacts | None,
+                  loading: LoadingDetail | None, now: datetime) -> StatusInputs:
+    """``build_status``'s inputs for ``plan`` over ``deployment``'s facts; a model Ready again clears its
+    ``preemptedAt``."""
     shared = plan.shared
-    phase = derive_phase(plan.replicas, applied, shared.state if shared else None)
+    phase = derive_phase(plan.replicas, deployment, shared.state if shared else None)
     if shared is not None and phase == phases.READY and shared.state == "Active":
         shared = shared.model_copy(update={"preempted_at": None})
-    status = StatusInputs(phase=phase, now=now, loading=loading, shared=shared,
-                          activation=next_activation(inputs, plan.replicas, phase, now),
-                          preempted_message=plan.preempted_message)
-    return FinishedMember(status, phase)
+    return StatusInputs(phase=phase, now=now, loading=loading, shared=shared,
+                        activation=next_activation(inputs, plan.replicas, phase, now),
+                        preempted_message=plan.preempted_message)
 
 
 def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:

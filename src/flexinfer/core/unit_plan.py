@@ -1,0 +1,382 @@
+"""One reconcile pass over one unit, planned without I/O: the unit's stored facts in, one ``UnitPlan`` out.
+
+A unit is an exclusive Model or every member of a shared GPU group. The manager's reconciler
+(``flexinfer.manager.reconciler``) reads ``UnitFacts`` from its store, calls ``plan_unit`` once per pass and
+executes the plan, doing only I/O. The plan, in the order the reconciler executes it:
+
+- ``rejections``: Models that fail validation, or whose manifests cannot be rendered: phase ``Failed``,
+  ``ConfigValid=False`` (``flexinfer.core.model_status.build.failed_status``), a Warning event
+  ``ValidationFailed`` when the conditions change;
+- ``declared``: every valid Model (its lifecycle series exist from now on);
+- ``preemptions``: the members that lose the GPU while Ready (the shared-group election,
+  ``flexinfer.core.election``, over the members with the proxies' ``ModelDemand`` reports folded in by
+  ``flexinfer.core.demand_view``, GPULeases honoured): the ``Preempted`` status and the Normal event
+  ``Preempted``;
+- ``members``: per member, losers before the leader, the Deployment and Service to apply
+  (``flexinfer.core.manifests.render``; replicas and the swap drain gate from
+  ``flexinfer.core.model_status.plan.plan_member``), the status patch (``finish_member`` + ``build_status``;
+  ``{}`` when nothing changed), the fields ignored in stored objects, and what the lifecycle tracker needs
+  (``stops``, ``ready_at``);
+- ``wake``: the next instant at which time alone changes a decision (``next_wakeup``), or the next log read
+  while a server loads, whichever is first.
+
+Every decision is a function of the facts as stored. Three inputs are only known between the manager's
+own I/O, and each has its place:
+
+- The drain protocol (docs/design/kubernetes-proxy.md) needs the ``Preempted`` write first, then the
+  proxies' reports read afresh, then the loser's replicas. So a pass with ``preemptions`` does only them;
+  the reconciler reads the reports from the API server and runs the follow-up pass at once with them
+  (``UnitFacts.reports``) and with the same election (``UnitFacts.decided``: not held again over a group
+  whose statuses are half written). That pass applies every member, the drain decided on fresh reports.
+- The status is derived from the Deployment as stored before this pass's apply. An apply changes the
+  Deployment's ``spec``; the phase reads its ``status`` and whether it exists (one created by this pass has
+  an empty status: ``Pending`` either way). A newer status in the apply's response reaches the store
+  with it and comes with its own watch event: the next pass writes it.
+- A container that runs but is not ready says more in its log than in its state; only the plan knows
+  which log it needs (``MemberAction.log``), and ``MemberAction.with_log`` folds the lines read into the
+  status, the one status rebuilt after the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from flexinfer.api.conventions import ACTIVE_SERVICES_ANNOTATION, WAITING_SINCE_ANNOTATION
+from flexinfer.api.errors import FieldProblem, FlexInferError, InvalidResourceError
+from flexinfer.api.gpulease import GPULease
+from flexinfer.api.model import Model, ModelStatus
+from flexinfer.api.modelcache import ModelCache
+from flexinfer.api.modeldemand import ModelDemand
+from flexinfer.core import phases
+from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.demand_view import demand_view, with_demand
+from flexinfer.core.election import Election, Member, active_lease, elect, waiting_since_of
+from flexinfer.core.flashloader_settings import cache_matches_model
+from flexinfer.core.loading_logs import LOG_TAIL_LINES, refine_from_log
+from flexinfer.core.manifests.render import render_model
+from flexinfer.core.model_status.build import (
+    REASON_FIELD_IGNORED,
+    REASON_VALIDATION_FAILED,
+    DeploymentFacts,
+    StatusInputs,
+    build_status,
+    failed_status,
+    loading_detail,
+    newest_pod,
+    ready_since,
+    status_patch,
+    with_ignored_fields,
+)
+from flexinfer.core.model_status.plan import (
+    ManagerPolicy,
+    MemberInputs,
+    MemberPlan,
+    busy_proxies,
+    finish_member,
+    next_wakeup,
+    plan_member,
+    swap_source,
+)
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    """A stored Model body: the typed Model (``None`` when invalid) or its validation error, and the fields
+    ignored because their stored value cannot be parsed."""
+
+    body: Json
+    model: Model | None
+    error: InvalidResourceError | None = None
+    ignored: tuple[FieldProblem, ...] = ()
+
+
+@dataclass(frozen=True)
+class CacheProblem:
+    """A ModelCache of the unit's namespace whose stored fields were ignored."""
+
+    body: Json
+    cache: ModelCache
+    ignored: tuple[FieldProblem, ...]
+
+
+@dataclass(frozen=True)
+class UnitFacts:
+    """What the manager knows about one unit at ``now`` (Deployments and pods keyed by Model name)."""
+
+    now: datetime
+    models: Sequence[StoredModel]
+    deployments: Mapping[str, Json] = field(default_factory=dict)
+    pods: Mapping[str, Sequence[Json]] = field(default_factory=dict)
+    reports: Sequence[ModelDemand] = ()
+    caches: Sequence[ModelCache] = ()
+    cache_problems: Sequence[CacheProblem] = ()
+    group: str | None = None
+    """The shared group's name; ``None`` for an exclusive Model."""
+    leases: Sequence[GPULease] = ()
+    decided: Election | None = None
+    """The election of this reconcile's first pass, whose preemptions are written: the pass that follows a
+    preemption keeps it instead of electing again over the half-written group."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An invalid Model: the status patch to write (``{}``: already written) and the message naming the field."""
+
+    body: Json
+    patch: Json
+    message: str
+    reason: str = REASON_VALIDATION_FAILED
+
+    @property
+    def announce(self) -> bool:
+        """The conditions change: post a Warning event ``ValidationFailed``."""
+        return "conditions" in self.patch
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A Ready member that loses the GPU in this pass: write ``patch`` first, then post ``message``."""
+
+    model: Model
+    patch: Json
+    by: str
+    message: str
+
+
+@dataclass(frozen=True)
+class IgnoredFields:
+    """Fields ignored for a Model: ``message`` ('' when none) for it, ``own`` when some are in the Model itself
+    (an API server without validation ratcheting then refuses its status writes), and one
+    ``(key, body, message)`` per matching ModelCache that holds some."""
+
+    message: str = ""
+    own: bool = False
+    caches: tuple[tuple[str, Json, str], ...] = ()
+    reason: str = REASON_FIELD_IGNORED
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """The log tail to read: pod, container and how many lines."""
+
+    pod: str
+    container: str
+    lines: int = LOG_TAIL_LINES
+
+
+@dataclass(frozen=True)
+class MemberAction:
+    """One member's I/O for this pass. ``model`` is the Model as decided on (reports folded in)."""
+
+    model: Model
+    manifests: tuple[Json, Json]
+    """The Deployment and the Service, applied in this order."""
+    inputs: StatusInputs
+    """What ``status`` was built from (``with_log`` refines the loading detail in it)."""
+    status: ModelStatus
+    patch: Json
+    """Merge patch from ``stored`` to ``status``; ``{}``: nothing to write."""
+    ignored: IgnoredFields
+    stops: bool = False
+    """Its Deployment had replicas and is scaled to zero by this apply (a swap's drain ends)."""
+    ready_at: datetime | None = None
+    """While Ready: the Ready instant the cluster recorded (``build.ready_since``)."""
+    busy: tuple[str, ...] = ()
+    """Proxies reporting requests in flight for it."""
+    log: LogRead | None = None
+    """The log whose tail can refine the loading detail (a container runs but is not ready yet)."""
+    stored: ModelStatus = field(default_factory=ModelStatus)
+    """The member's status as stored."""
+
+    def with_log(self, lines: Sequence[str]) -> MemberAction:
+        """This action with the loading detail refined by the log's newest ``lines``."""
+        loading = self.inputs.loading
+        refined = refine_from_log(lines)
+        if refined is None or loading is None:
+            return self
+        inputs = replace(self.inputs, loading=replace(refined, log_container=loading.log_container))
+        status = _status(self.model, inputs, self.ignored)
+        return replace(self, inputs=inputs, status=status, patch=status_patch(self.stored, status), log=None)
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """One pass over one unit (see the module docstring)."""
+
+    now: datetime
+    rejections: tuple[Rejection, ...] = ()
+    declared: tuple[Model, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    members: tuple[MemberAction, ...] = ()
+    wake: datetime | None = None
+    election: Election | None = None
+    """The shared group's election of this pass (``None`` for an exclusive Model)."""
+    unreadable_markers: tuple[tuple[str, str], ...] = ()
+    """(Model key, annotation text) of wait markers that are not RFC 3339 times (ignored)."""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A member's inputs and replica plan, and its status as stored."""
+
+    inputs: MemberInputs
+    plan: MemberPlan
+    stored: ModelStatus
+
+
+def plan_unit(facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPolicy) -> UnitPlan:
+    """The plan of one pass over the unit described by ``facts`` (see the module docstring)."""
+    now = facts.now
+    present = [s for s in facts.models if not (s.body.get("metadata") or {}).get("deletionTimestamp")]
+    rejections = [_rejection(s.body, s.error, now) for s in present if s.error is not None]
+    stored = {s.model.name: s for s in present if s.model is not None}
+    models = [_projected(s.model, facts, policy) for s in stored.values() if s.model is not None]
+    election = _held(facts.decided) if facts.decided else _election(models, facts, policy) if facts.group else None
+    decided = [_decide(step, facts, defaults, policy, stored[step.inputs.model.name].body)
+               for step in _steps(models, election, facts, policy, stored)]
+    rejections += [d for _, d, _ in decided if isinstance(d, Rejection)]
+    preemptions = tuple(d for _, d, _ in decided if isinstance(d, Preemption))
+    # A pass that preempts does only that: the members wait for the reports read after these writes.
+    members = () if preemptions else tuple(d for _, d, _ in decided if isinstance(d, MemberAction))
+    after = [_projected(model.model_copy(update={"status": status}), facts, policy) for model, _, status in decided]
+    declared = () if facts.decided else tuple(models)  # a follow-up pass: declared by the pass that preempted
+    return UnitPlan(now, tuple(rejections), declared, preemptions, members, _wake(after, members, facts, policy),
+                    election, _unreadable_markers(models) if facts.group is not None else ())
+
+
+def _decide(step: _Step, facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPolicy,
+            body: Json) -> tuple[Model, Rejection | Preemption | MemberAction, ModelStatus]:
+    """One member's part of the plan and the status it leaves the member with."""
+    model, now = step.inputs.model, facts.now
+    try:
+        manifests = _manifests(model, step.plan, facts, defaults)
+    except FlexInferError as error:
+        rejection = _rejection(body, error, now)
+        return model, rejection, failed_status(step.stored, model.metadata.generation, rejection.message, now)
+    action = _action(step, manifests, facts, policy)
+    if not step.plan.preempt_now:
+        return model, action, action.status
+    by = step.inputs.decision.preempted_by if step.inputs.decision else ""
+    return model, Preemption(model, action.patch, by, step.plan.preempted_message), action.status
+
+
+def _wake(after: Sequence[Model], members: Sequence[MemberAction], facts: UnitFacts,
+          policy: ManagerPolicy) -> datetime | None:
+    """The next time-driven change of the unit's decisions, and the next log read while a server loads."""
+    wake = next_wakeup(after, facts.leases if facts.group else (), facts.now, policy)
+    if not any(m.status.phase == phases.LOADING and m.inputs.loading and m.inputs.loading.log_container
+               for m in members):
+        return wake
+    next_read = facts.now + timedelta(seconds=policy.log_poll_interval)
+    return next_read if wake is None else min(wake, next_read)
+
+
+def _rejection(body: Json, error: FlexInferError, now: datetime) -> Rejection:
+    meta = body.get("metadata") or {}
+    problems = error.problems if isinstance(error, InvalidResourceError) else []
+    message = "; ".join(str(p) for p in problems) or str(error)
+    old = ModelStatus.model_validate(body.get("status") or {})
+    return Rejection(body, status_patch(old, failed_status(old, meta.get("generation"), message, now)), message)
+
+
+def _projected(model: Model, facts: UnitFacts, policy: ManagerPolicy) -> Model:
+    return with_demand(model, demand_view(facts.reports, model.name, facts.now, policy.busy_ttl))
+
+
+def _election(models: Sequence[Model], facts: UnitFacts, policy: ManagerPolicy) -> Election:
+    """The shared group's active member (members carry the proxies' wait markers; GPULeases honoured)."""
+    timeout = policy.election.default_cold_start_timeout
+    members = [Member.from_model(m, waiting_since=waiting_since_of(m), default_cold_start_timeout=timeout)
+               for m in models]
+    lease = active_lease(facts.leases, facts.group or "", facts.now)
+    return elect(members, facts.now, policy.election, lease)
+
+
+def _held(election: Election) -> Election:
+    """``election`` with its preemptions done (the losers' status says ``Preempted`` since ``now``)."""
+    members = {name: replace(d, preempt_now=False) for name, d in election.members.items()}
+    return replace(election, members=members)
+
+
+def _unreadable_markers(models: Sequence[Model]) -> tuple[tuple[str, str], ...]:
+    return tuple((m.key, m.metadata.annotations[WAITING_SINCE_ANNOTATION]) for m in models
+                 if WAITING_SINCE_ANNOTATION in m.metadata.annotations and waiting_since_of(m) is None)
+
+
+def _steps(models: Sequence[Model], election: Election | None, facts: UnitFacts, policy: ManagerPolicy,
+           stored: Mapping[str, StoredModel]) -> list[_Step]:
+    """Each member's inputs and replica plan; the leader last (an incumbent is preempted before the winner
+    is scaled up) and told which incumbent it takes the GPU from."""
+    by_name = {m.name: m for m in models}
+    steps = []
+    for model in models:
+        decision = election.members.get(model.name) if election else None
+        leader = by_name.get(election.leader or "") if election else None
+        live = DeploymentFacts.from_body(facts.deployments.get(model.name))
+        busy = bool(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl))
+        inputs = MemberInputs(model, live, decision, leader, busy=busy)
+        own = stored[model.name].model
+        steps.append(_Step(inputs, plan_member(inputs, facts.now, policy), own.status if own else model.status))
+    if election is None or election.leader is None:
+        return steps
+    shared = [(s.inputs.model.name, s.plan.shared) for s in steps]
+    steps = [replace(s, inputs=replace(s.inputs, swap=swap_source(s.inputs.model, shared)))
+             if s.inputs.model.name == election.leader else s for s in steps]
+    return sorted(steps, key=lambda s: s.inputs.model.name == election.leader)
+
+
+def _manifests(model: Model, plan: MemberPlan, facts: UnitFacts, defaults: ControllerDefaults) -> tuple[Json, Json]:
+    deployment, service = render_model(model, list(facts.caches), defaults, plan.replicas)
+    if plan.shared is not None:
+        active = ",".join(model.spec.service_labels) if plan.shared.state == "Active" else ""
+        service["metadata"].setdefault("annotations", {})[ACTIVE_SERVICES_ANNOTATION] = active
+    return deployment, service
+
+
+def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy: ManagerPolicy) -> MemberAction:
+    """The member's status from the Deployment as stored and its newest pod (see the module docstring)."""
+    model, live, plan = step.inputs.model, step.inputs.deployment, step.plan
+    pod = newest_pod(facts.pods.get(model.name, ()))
+    inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now)
+    ignored = _ignored(model, facts)
+    status = _status(model, inputs, ignored)
+    detail = inputs.loading
+    pod_name = str(((pod or {}).get("metadata") or {}).get("name") or "")
+    log = None
+    if inputs.phase == phases.LOADING and detail is not None and detail.log_container and pod_name:
+        log = LogRead(pod_name, detail.log_container)
+    deployment = facts.deployments.get(model.name)
+    return MemberAction(
+        model, manifests, inputs, status, status_patch(step.stored, status), ignored,
+        stops=live is not None and live.replicas > 0 and plan.replicas == 0,
+        ready_at=ready_since(pod, deployment) if status.phase == phases.READY else None,
+        busy=tuple(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl)), log=log,
+        stored=step.stored)
+
+
+def _status(model: Model, inputs: StatusInputs, ignored: IgnoredFields) -> ModelStatus:
+    """``build_status``, with ``ConfigValid=False`` naming the fields ignored for this model (if any)."""
+    status = build_status(model, inputs)
+    if not ignored.message:
+        return status
+    return with_ignored_fields(status, ignored.message, model.metadata.generation, inputs.now)
+
+
+def _ignored(model: Model, facts: UnitFacts) -> IgnoredFields:
+    """The unparsable stored fields of the Model and of the ModelCaches that match it."""
+    own = next((s.ignored for s in facts.models if s.model is not None and s.model.name == model.name), ())
+    parts = [f"{p.path}: {p.message}" for p in own]
+    caches = []
+    for problem in facts.cache_problems:
+        if cache_matches_model(problem.cache, model):
+            parts += [f"ModelCache {problem.cache.name} {p.path}: {p.message}" for p in problem.ignored]
+            text = "; ".join(f"{p.path}: {p.message}" for p in problem.ignored) + " (ignored; fix the field)"
+            caches.append((f"cache:{problem.cache.key}", problem.body, text))
+    if not parts:
+        return IgnoredFields()
+    return IgnoredFields(f"ignored (the next setting applies): {'; '.join(parts)}", bool(own), tuple(caches))

@@ -1,0 +1,73 @@
+"""``Reconciler.reconcile`` executes one plan per pass against a recording API: the member's manifests are
+applied before the log the plan names is read, the lines refine the status written, and the unit's timer is
+armed for the next log read; an invalid Model gets its Failed status and one Warning event."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from flexinfer.cluster_proxy.demand import rfc3339
+from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.model_status.plan import ManagerPolicy
+from flexinfer.manager.client import KubeApi
+from flexinfer.manager.reconciler import Reconciler
+from flexinfer.manager.store import Store, Unit
+from support.recording_kube import RecordingKubeApi
+from support.resource_builders import model_doc
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+POLICY = ManagerPolicy(log_poll_interval=10.0)
+Body = dict[str, Any]
+
+
+class Sink:
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_a, **_k: None
+
+
+def subject(store: Store, api: RecordingKubeApi, wakes: list[tuple[Unit, datetime]]) -> Reconciler:
+    return Reconciler(cast(KubeApi, api), store, ControllerDefaults(), POLICY, sink=Sink(),  # type: ignore[arg-type]
+                      scope=lambda *_: contextlib.nullcontext(),  # type: ignore[arg-type,return-value]
+                      wake=lambda unit, when: wakes.append((unit, when)), clock=lambda: NOW)
+
+
+def loading(store: Store) -> None:
+    doc = model_doc("m", "ns")
+    doc["metadata"]["resourceVersion"] = "1"
+    doc["status"] = {"phase": "Loading", "lastActiveTime": rfc3339(NOW)}
+    store.put("Model", doc)
+    store.put("Deployment", {"apiVersion": "apps/v1", "kind": "Deployment",
+                             "metadata": {"name": "m", "namespace": "ns", "resourceVersion": "2"},
+                             "spec": {"replicas": 1}, "status": {"replicas": 1, "unavailableReplicas": 1}})
+    store.put("Pod", {"metadata": {"name": "m-abc", "namespace": "ns", "labels": {"flexinfer.ai/model": "m"},
+                                   "creationTimestamp": rfc3339(NOW)},
+                      "status": {"containerStatuses": [{"name": "model", "ready": False, "state": {"running": {}}}]}})
+
+
+async def test_a_loading_server_is_applied_then_its_log_read_and_the_refined_status_written() -> None:
+    store, wakes = Store(), cast(list[tuple[Unit, datetime]], [])
+    loading(store)
+    api = RecordingKubeApi(store, log=["INFO:     Uvicorn running on http://0.0.0.0:8000"])
+    await subject(store, api, wakes).reconcile(Unit("ns", "m"))
+    assert [c[0] for c in api.calls] == ["apply", "apply", "log", "status"]
+    assert api.calls[2] == ("log", "m-abc", "model")
+    parsed = store.model("ns", "m")
+    assert parsed is not None and parsed.model is not None
+    assert (parsed.model.status.phase, parsed.model.status.loading_substage) == ("Loading", "HealthCheckPending")
+    assert wakes == [(Unit("ns", "m"), NOW + timedelta(seconds=10))]
+
+
+async def test_an_invalid_model_is_failed_once_with_one_warning() -> None:
+    store, wakes = Store(), cast(list[tuple[Unit, datetime]], [])
+    doc = model_doc("bad", "ns", source="nope://x")
+    doc["metadata"]["resourceVersion"] = "1"
+    store.put("Model", copy.deepcopy(doc))
+    api = RecordingKubeApi(store)
+    reconciler = subject(store, api, wakes)
+    for _ in range(2):
+        await reconciler.reconcile(Unit("ns", "bad"))
+    assert api.calls == [("status", "bad", "Failed"), ("event", "Warning", "ValidationFailed")]
+    assert wakes == []

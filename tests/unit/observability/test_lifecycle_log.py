@@ -1,0 +1,71 @@
+"""The dispatcher's lifecycle lines (``flexinfer.lifecycle``) name the real cause of every stop and the error
+and backoff of every failure, taken from the phase change itself (no read-back of the dispatcher's state)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from flexinfer.core.arbiter.policy import ArbiterPolicy
+from flexinfer.observability.lifecycle_log import LifecycleLog
+from flexinfer.runtime.dispatcher import Dispatcher
+from support.recording_engine import FakeClock, RecordingEngine, key, make_model
+
+POLICY = ArbiterPolicy(max_wait=30, min_hold=0, drain_timeout=20, cold_start_timeout=60, restart_backoff=5)
+
+
+def stops(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.__dict__["model"], r.__dict__["reason"]) for r in caplog.records if r.__dict__.get("event") == "stopped"]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def engine() -> RecordingEngine:
+    return RecordingEngine()
+
+
+@pytest.fixture
+def lines(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="flexinfer.lifecycle")
+    return caplog
+
+
+async def test_each_stop_names_its_cause(engine: RecordingEngine, clock: FakeClock,
+                                         lines: pytest.LogCaptureFixture) -> None:
+    models = [make_model("a", group="g", priority=100), make_model("b", group="g", priority=200),
+              make_model("idle", idleTimeout="10s"), make_model("c")]
+    async with Dispatcher(engine, models, policy=POLICY, clock=clock, auto_tick=False,
+                          observer=LifecycleLog(clock)) as d:
+        assert await d.preload(key("a"), wait=True, timeout=5) == "Ready"
+        (await d.acquire(key("b"))).release()  # b outranks a in group g: a is preempted
+        await d.unload(key("b"))
+        await engine.wait_call("stop", "default/b")
+        (await d.acquire(key("idle"))).release()
+        await d.tick()  # the release is handled at this time: the idle timeout counts from here
+        clock.advance(11)
+        await d.tick()
+        await engine.wait_call("stop", "default/idle")
+        assert await d.preload(key("c"), wait=True, timeout=5) == "Ready"
+        await d.replace_models(models[:3])
+        await engine.wait_call("stop", "default/c")
+        assert await d.preload(key("a"), wait=True, timeout=5) == "Ready"
+    assert stops(lines) == [("default/a", "preempted by default/b"), ("default/b", "unloaded"),
+                            ("default/idle", "idle timeout"), ("default/c", "removed from the manifests"),
+                            ("default/a", "shutdown")]
+
+
+async def test_a_failed_start_logs_the_error_and_the_backoff(engine: RecordingEngine, clock: FakeClock,
+                                                             lines: pytest.LogCaptureFixture) -> None:
+    engine.fail_next("default/a", "weights missing\nsecond line")
+    async with Dispatcher(engine, [make_model("a")], policy=POLICY, clock=clock, auto_tick=False,
+                          observer=LifecycleLog(clock)) as d:
+        assert await d.preload(key("a"), wait=True, timeout=5) == "Failed"
+    failed = [r for r in lines.records if r.__dict__.get("event") == "start_failed"]
+    assert [r.getMessage() for r in failed] == [
+        "model default/a: server failed to start: weights missing; next start allowed in 5.0s (backoff)"]
+    assert failed[0].levelname == "WARNING" and failed[0].__dict__["backoff_s"] == 5.0
