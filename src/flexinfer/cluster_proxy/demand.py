@@ -211,16 +211,34 @@ class KubeEngine:
                 report.stage(stage)
             return self._readiness(model)
 
+        loop = asyncio.get_running_loop()
+
+        def due(deadline: datetime | None) -> float | None:
+            """The event-loop time of a stall deadline (a hundredth of a second late, so it has passed)."""
+            return None if deadline is None else loop.time() + max((deadline - self._now()).total_seconds(), 0.0) + 0.01
+
         while True:
-            deadline = stall_deadline(self._store.get(key), self._stall_after)
-            wait = None if deadline is None else max((deadline - self._now()).total_seconds(), 0.0) + 0.01
+            armed = stall_deadline(self._store.get(key), self._stall_after)
+            timer = asyncio.timeout_at(due(armed))
+
+            def check(model: Model | None, timer: asyncio.Timeout = timer) -> Endpoint | None:
+                """Progress and readiness; a moved stall deadline (a load that entered LoadingWeights after this
+                wait began, or whose progress moved) re-arms the timer."""
+                nonlocal armed
+                endpoint = progress(model)
+                deadline = stall_deadline(model, self._stall_after)
+                if endpoint is None and deadline != armed:
+                    armed = deadline
+                    timer.reschedule(due(deadline))
+                return endpoint
+
             try:
-                async with asyncio.timeout(wait):
-                    return await self._store.wait_until(key, progress)
+                async with timer:
+                    return await self._store.wait_until(key, check)
             except TimeoutError:
-                if wait is None:
+                if not timer.expired():
                     raise
-                self._readiness(self._store.get(key))
+            self._readiness(self._store.get(key))
 
     def _readiness(self, model: Model | None) -> Endpoint | None:
         """The endpoint once Ready; raises ``EngineError`` for Failed, stalled or deleted models."""

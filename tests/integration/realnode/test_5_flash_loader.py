@@ -66,7 +66,7 @@ def upgrade(helm: Helm, *values: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def flash_release(helm: Helm) -> Iterator[None]:
+def flash_release(helm: Helm, release: str) -> Iterator[None]:
     upgrade(helm, *UPGRADE)
     yield
     upgrade(helm, *UNDO)
