@@ -1,6 +1,7 @@
 """Real-node cold start and swap, split into stages (``hack/kube-node``; root; changes the host until ``down``).
 
-Run by hand (``sudo .venv/bin/python bench/realnode_swap.py --rounds 3``); prints figures, asserts nothing.
+Run by hand (``sudo .venv/bin/python bench/realnode_swap.py --rounds 3``); prints figures, asserts nothing. A
+round after the first starts once the group's swap cooldown (5 min) since the previous swap is over.
 Uses the node if it is up (else starts it and stops it at the end), the images ``hack/build-images`` builds,
 the chart installed as in tests/integration/realnode, and two tiny llama.cpp Models in one shared group on
 the node's single ``amd.com/gpu`` (tiny-b has the higher priority). Each round: with both Idle, a request for
@@ -28,16 +29,20 @@ import statistics
 import sys
 import time
 import urllib.request
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from flexinfer.core.election import DEFAULT_SWAP_COOLDOWN
 from support import real_node
 from support.helm_chart import CHART_DIR, pinned_helm
 from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, ApiWatch, RealNode, wait_for
 
+IDLE_TIMEOUT = "15s"
+"""Both Models idle out this long after their last request, so every round starts with no model server running
+(and nothing counts as demand for a model nobody asked for since)."""
 STAGES = ("decision", "pod created", "scheduled", "container running", "server listening", "pod Ready",
           "Model Ready", "reply")
 
@@ -102,18 +107,26 @@ def setup(node: RealNode) -> str:
              "--wait", "--timeout", "300s", timeout=330)
     real_node.create_weights(node)
     node.apply(real_node.shared_models_manifest())
+    for model in ("tiny-a", "tiny-b"):
+        node.kubectl("patch", "mdl", model, "-n", NAMESPACE, "--type", "merge", "-p",
+                     json.dumps({"spec": {"serverless": {"idleTimeout": IDLE_TIMEOUT}}}))
     ip = node.get("service", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["clusterIP"]
     return f"http://{ip}"
 
 
 def idle(node: RealNode) -> None:
-    for model in ("tiny-a", "tiny-b"):
-        node.kubectl("patch", "mdl", model, "-n", NAMESPACE, "--type", "merge", "-p",
-                     '{"spec": {"serverless": {"idleTimeout": "1s"}}}')
+    """Until both Models idled out (``IDLE_TIMEOUT``) and their pods are gone, and the group's swap cooldown
+    since the previous round's swap is over (the election keeps the winner that long: anti-thrash)."""
     wait_for(lambda: not node.get("pods", "-n", NAMESPACE, "-l", "flexinfer.ai/model")["items"], 180, "no model pods")
-    for model in ("tiny-a", "tiny-b"):
-        node.kubectl("patch", "mdl", model, "-n", NAMESPACE, "--type", "merge", "-p",
-                     '{"spec": {"serverless": {"idleTimeout": "10m"}}}')
+
+    def cooled() -> bool:
+        stamps = [m["status"].get("sharedGroup", {}).get("preemptedAt")
+                  for m in node.get("mdl", "-n", NAMESPACE)["items"] if m.get("status")]
+        now = datetime.now(UTC)
+        return all(datetime.fromisoformat(s.replace("Z", "+00:00")) + timedelta(seconds=DEFAULT_SWAP_COOLDOWN) < now
+                   for s in stamps if s)
+
+    wait_for(cooled, DEFAULT_SWAP_COOLDOWN + 60, "the swap cooldown to pass", interval=2)
 
 
 def main() -> int:

@@ -92,6 +92,10 @@ and DEFAULT_MODEL_IMAGE_PULL_POLICY) only when set. */}}
 - name: DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT
   value: {{ . | quote }}
 {{- end }}
+{{- with .maxRate }}
+- name: DEFAULT_FLASH_LOADER_MAX_RATE
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- range $backend, $image := $runtime.backendImages }}
 {{- if $image }}
@@ -112,6 +116,8 @@ and DEFAULT_MODEL_IMAGE_PULL_POLICY) only when set. */}}
   value: {{ .timeouts.queue | quote }}
 - name: PROXY_COLD_START_TIMEOUT
   value: {{ .timeouts.coldStart | quote }}
+- name: PROXY_STALL_TIMEOUT
+  value: {{ .timeouts.stall | quote }}
 - name: PROXY_MAX_QUEUE_SIZE
   value: {{ .maxQueueSize | quote }}
 {{- if .allNamespaces }}

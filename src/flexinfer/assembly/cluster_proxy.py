@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flexinfer.cluster_proxy.catalog import WatchCatalog
-from flexinfer.cluster_proxy.demand import DemandSignal, KubeEngine
+from flexinfer.cluster_proxy.demand import STALL_AFTER, DemandSignal, KubeEngine
 from flexinfer.cluster_proxy.demand_activator import DemandActivator
 from flexinfer.cluster_proxy.demand_report import DemandReport, PodOwner
 from flexinfer.cluster_proxy.dispatch_sync import DispatcherSync
@@ -61,10 +61,12 @@ class ClusterProxySettings:
     pod_uid: str = ""
     """The proxy pod's UID (``POD_UID``): its reports in ``pod_namespace`` are owned by the pod, so the
     garbage collector deletes them with it; empty = no owner reference."""
+    stall_after: float = STALL_AFTER
+    """``PROXY_STALL_TIMEOUT``: a weights load without progress for this long is stalled (``KubeEngine``)."""
 
 
 def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float = 60.0,
-                           queue_limit: int = 100) -> ClusterProxySettings:
+                           queue_limit: int = 100, stall_after: float = STALL_AFTER) -> ClusterProxySettings:
     """``POD_NAMESPACE`` (default ``default``, with a warning), ``FLEXINFER_PROXY_ALL_NAMESPACES`` and the
     test-only ``FLEXINFER_PROXY_ENDPOINT_OVERRIDE`` (both default false), ``POD_NAME`` (the identity in
     in-flight reports; hostname and pid when unset). Both flags guard access (which Models are served, where
@@ -81,7 +83,8 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
                     "redirects traffic. This is for tests only; never enable it in production.")
     identity = proxy_identity(env.get("POD_NAME", ""), f"{socket.gethostname()}-{os.getpid()}")
     return ClusterProxySettings(None if all_namespaces else namespace, override, identity, cold_start_timeout,
-                                queue_limit, pod_namespace=namespace, pod_uid=env.get("POD_UID", "").strip())
+                                queue_limit, pod_namespace=namespace, pod_uid=env.get("POD_UID", "").strip(),
+                                stall_after=stall_after)
 
 
 def proxy_policy(settings: ClusterProxySettings) -> ArbiterPolicy:
@@ -106,7 +109,7 @@ class ClusterSide:
         self.report = DemandReport(api, settings.identity, owner=owner)
         self.demand = DemandSignal(self.report, self.store)
         self.engine = KubeEngine(self.store, self.demand, endpoint_override=settings.endpoint_override,
-                                 cold_start_timeout=settings.cold_start_timeout)
+                                 cold_start_timeout=settings.cold_start_timeout, stall_after=settings.stall_after)
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
         self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override)
         self.reporter = InflightReporter(self.report, api)

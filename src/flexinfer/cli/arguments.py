@@ -22,6 +22,17 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def byte_quantity(text: str) -> str:
+    """An argparse ``type`` for a byte count: a whole number or a quantity (``200Mi``), kept as text."""
+    from flexinfer.api.units import quantity_bytes
+
+    try:
+        quantity_bytes(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected bytes or a quantity such as 200Mi, got {text!r}") from None
+    return text
+
+
 def port_number(text: str) -> int:
     """An argparse ``type`` for a TCP port: 0 (pick a free one) to 65535."""
     value = int_at_least(0)(text)

@@ -13,7 +13,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from flexinfer.cli.arguments import int_at_least
+from flexinfer.cli.arguments import byte_quantity, int_at_least
 from flexinfer.flashloader import config
 from flexinfer.flashloader.progress import make_progress
 from flexinfer.flashloader.report import StageReport
@@ -48,6 +48,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--chunk-mib", type=int_at_least(1), help="split files larger than this into ranges copied in parallel (256)",
     )
+    parser.add_argument("--max-rate", type=byte_quantity,
+                        help="largest copy rate in bytes per second, e.g. 200Mi (FLASH_MAX_RATE, unlimited)")
     parser.add_argument("--quiet", action="store_true", help="no progress output, only the summary")
     return parser
 
@@ -58,6 +60,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     pairs = [
         (config.ENV_SRC, args.src), (config.ENV_DST, args.dst), (config.ENV_CONCURRENCY, args.concurrency),
         (config.ENV_BUFFER_KB, args.buffer_kb), (config.ENV_VARIANT, args.variant),
+        (config.ENV_MAX_RATE, args.max_rate),
     ]
     for name, value in pairs:
         if value is not None:

@@ -12,7 +12,8 @@ The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by writ
   the watch cache until Ready with an endpoint, reporting each new loading stage the manager writes
   (``loadingSubstage`` → ``server_start``/``staging``/``health``, so the proxy's activation trace and stage
   metrics show where the time went) (Failed → ``EngineError`` with ``status.message``; a load
-  stalled in LoadingWeights for 120 s, a model held behind a warm primary (``preemptedBy: primary/…``) and
+  stalled in LoadingWeights for ``stall_after`` (``PROXY_STALL_TIMEOUT``, 120 s), a model held behind a warm
+  primary (``preemptedBy: primary/…``) and
   the model's cold-start budget → ``EngineError``).
   ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.endpoint`` or, only with the
   test-only override switched on, the ``flexinfer.ai/endpoint-override`` annotation.
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STALL_AFTER = 120.0
-"""A load is stalled when LoadingWeights has reported no progress for this long (spec §6.5)."""
+"""A load is stalled when LoadingWeights has reported no progress for this long (spec §6.5); the default of
+``PROXY_STALL_TIMEOUT``."""
 WARM_PRIMARY_PREFIX = "primary/"
 """``status.sharedGroup.preemptedBy`` prefix: the model cannot be promoted past a warm primary (fail fast)."""
 KEEP_ALIVE_THROTTLE = 60.0
@@ -168,21 +170,22 @@ def _loading_stage(model: Model | None) -> str | None:
     return STAGE_OF_SUBSTAGE.get(model.status.loading_substage)
 
 
-def stall_deadline(model: Model | None) -> datetime | None:
+def stall_deadline(model: Model | None, stall_after: float = STALL_AFTER) -> datetime | None:
     """When the current load counts as stalled (Loading/LoadingWeights only), else ``None``."""
     if model is None or model.status.phase != "Loading" or model.status.loading_substage != "LoadingWeights":
         return None
     progress = model.status.loading_progress_at
-    return None if progress is None else progress + timedelta(seconds=STALL_AFTER)
+    return None if progress is None else progress + timedelta(seconds=stall_after)
 
 
 class KubeEngine:
     """The ``Engine`` the proxy's dispatcher drives in the cluster (see the module docstring)."""
 
     def __init__(self, store: ModelStore, demand: DemandSignal, *, endpoint_override: bool = False,
-                 cold_start_timeout: float = 60.0, now: Callable[[], datetime] = utc_now) -> None:
+                 cold_start_timeout: float = 60.0, stall_after: float = STALL_AFTER,
+                 now: Callable[[], datetime] = utc_now) -> None:
         self._store, self._demand, self._override = store, demand, endpoint_override
-        self._cold_start_timeout, self._now = cold_start_timeout, now
+        self._cold_start_timeout, self._stall_after, self._now = cold_start_timeout, stall_after, now
 
     async def start(self, model: Model, report: ServerReporter) -> Endpoint:
         """Signal demand, then wait (watch-driven) until the manager reports the model Ready."""
@@ -208,16 +211,34 @@ class KubeEngine:
                 report.stage(stage)
             return self._readiness(model)
 
+        loop = asyncio.get_running_loop()
+
+        def due(deadline: datetime | None) -> float | None:
+            """The event-loop time of a stall deadline (a hundredth of a second late, so it has passed)."""
+            return None if deadline is None else loop.time() + max((deadline - self._now()).total_seconds(), 0.0) + 0.01
+
         while True:
-            deadline = stall_deadline(self._store.get(key))
-            wait = None if deadline is None else max((deadline - self._now()).total_seconds(), 0.0) + 0.01
+            armed = stall_deadline(self._store.get(key), self._stall_after)
+            timer = asyncio.timeout_at(due(armed))
+
+            def check(model: Model | None, timer: asyncio.Timeout = timer) -> Endpoint | None:
+                """Progress and readiness; a moved stall deadline (a load that entered LoadingWeights after this
+                wait began, or whose progress moved) re-arms the timer."""
+                nonlocal armed
+                endpoint = progress(model)
+                deadline = stall_deadline(model, self._stall_after)
+                if endpoint is None and deadline != armed:
+                    armed = deadline
+                    timer.reschedule(due(deadline))
+                return endpoint
+
             try:
-                async with asyncio.timeout(wait):
-                    return await self._store.wait_until(key, progress)
+                async with timer:
+                    return await self._store.wait_until(key, check)
             except TimeoutError:
-                if wait is None:
+                if not timer.expired():
                     raise
-                self._readiness(self._store.get(key))
+            self._readiness(self._store.get(key))
 
     def _readiness(self, model: Model | None) -> Endpoint | None:
         """The endpoint once Ready; raises ``EngineError`` for Failed, stalled or deleted models."""
@@ -229,7 +250,7 @@ class KubeEngine:
         shared = model.status.shared_group
         if phase == "Preempted" and shared is not None and shared.preempted_by.startswith(WARM_PRIMARY_PREFIX):
             raise EngineError(f"held behind warm primary {shared.preempted_by[len(WARM_PRIMARY_PREFIX):]}")
-        deadline = stall_deadline(model)
+        deadline = stall_deadline(model, self._stall_after)
         if deadline is not None and self._now() >= deadline:
             raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
                               f"({model.status.message or 'LoadingWeights'})")

@@ -49,6 +49,9 @@ FLASH_LOADER_ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", "",
            "sizeLimit of the non-shared flash tmpfs (Kubernetes quantity; empty = no limit); under `serve`, the "
            "most a non-shared model's staged copy may take.", Kind.QUANTITY, FALLBACK),
+    EnvVar("DEFAULT_FLASH_LOADER_MAX_RATE", "",
+           "Largest copy rate of each flash-loader, bytes per second (quantity, e.g. 200Mi; empty = unlimited).",
+           Kind.QUANTITY, FALLBACK),
 )
 """The flash-loader defaults (layer 1 of spec §2.2), read by the manager and by ``flexinfer serve`` alike."""
 
@@ -79,6 +82,7 @@ class FlashLoaderDefaults:
     verify_integrity: bool = False
     exclude_patterns: str = ""
     tmpfs_size_limit: str | None = None
+    max_rate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,4 +134,5 @@ def flash_loader_defaults(env: Mapping[str, str], *, warn: Warn | None = None) -
         verify_integrity=reader.flag("DEFAULT_FLASH_LOADER_VERIFY", False, FALLBACK),
         exclude_patterns=reader.text("DEFAULT_FLASH_LOADER_EXCLUDE"),
         tmpfs_size_limit=reader.quantity("DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT", None, FALLBACK),
+        max_rate=reader.quantity("DEFAULT_FLASH_LOADER_MAX_RATE", None, FALLBACK),
     )

@@ -21,7 +21,7 @@ from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
 from flexinfer.core.phases import READY
-from flexinfer.core.replicas import cold_start_timeout_seconds
+from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
 
 DEFAULT_SWAP_COOLDOWN: Final = 300.0
 DEMAND_WINDOW: Final = 120.0
@@ -79,6 +79,8 @@ class Member:
     can_take_demand: bool = True
     cold_start_timeout: float = 60.0
     swap_cooldown: float | None = None
+    idle_timeout: float | None = None
+    """The member's own idle timeout (serverless members; ``None`` = never idle): see ``_lapsed``."""
 
     @classmethod
     def from_model(cls, model: Model, waiting_since: datetime | None = None,
@@ -93,7 +95,8 @@ class Member:
             force=bool(gpu and gpu.force_promotion), warm_primary=model.spec.config.get("warmPolicy") == "primary",
             min_replicas=model.min_replicas, can_take_demand=status.phase != "Failed" and cache_ok,
             cold_start_timeout=cold_start_timeout_seconds(model, default_cold_start_timeout),
-            swap_cooldown=parse_duration(gpu.swap_cooldown) if gpu and gpu.swap_cooldown else None)
+            swap_cooldown=parse_duration(gpu.swap_cooldown) if gpu and gpu.swap_cooldown else None,
+            idle_timeout=idle_timeout_seconds(model) if model.serverless else None)
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPoli
     cooldown = group_cooldown(members, policy)
     if any(_within(now, m.preempted_at, cooldown) for m in members):
         active = next((m for m in members if m.state == "Active"), None)
-        if active is not None:
+        if active is not None and not (active.phase != READY and _lapsed(active, now)):
             return active, "swap_cooldown"
     loading = best(m for m in members if m.state == "Active" and m.phase in ("Pending", "Loading")
                    and _within(now, m.last_active, max(policy.recent_window, m.cold_start_timeout)))
@@ -170,8 +173,17 @@ def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) 
     return min(hungry, key=lambda m: (m.waiting_since or now, m.name), default=None)
 
 
+def _lapsed(m: Member, now: datetime) -> bool:
+    """No request waits for the member and its own idle timeout has passed since its last activity: its demand
+    is over (the manager scales such a member to zero), however recent the election's windows call it. Such a
+    member, once no longer Ready, is not demand, not recent, and not held by the swap cooldown (an empty card
+    cannot thrash)."""
+    return m.waiting_since is None and m.idle_timeout is not None and not _within(now, m.last_active, m.idle_timeout)
+
+
 def _demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
-    return m.phase != READY and (m.waiting_since is not None or _within(now, m.last_active, policy.demand_window))
+    return m.phase != READY and (m.waiting_since is not None
+                                 or (_within(now, m.last_active, policy.demand_window) and not _lapsed(m, now)))
 
 
 def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
@@ -187,7 +199,8 @@ def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolic
         if warm is not None and not ready.warm_primary and ready_idle:
             return warm, "warm_primary_reclaim"
         return ready, "ready"
-    recent = best(m for m in runnable if m.phase != READY and _within(now, m.last_active, policy.recent_window))
+    recent = best(m for m in runnable if m.phase != READY and _within(now, m.last_active, policy.recent_window)
+                  and not _lapsed(m, now))
     if recent is not None and warm is not None:
         return (recent, "recent") if recent.priority >= warm.priority else (warm, "warm_primary")
     for choice, reason in ((recent, "recent"), (warm, "warm_primary"),

@@ -49,17 +49,21 @@ class FlashLoaderConfig:
     verify_integrity: bool
     exclude_patterns: str
     tmpfs_size_limit: str | None
+    max_rate: str | None = None
+    """Copy rate cap (``FLASH_MAX_RATE``), controller-wide only; ``None`` = unlimited."""
 
 
 def staging_variables(model: Model, config: FlashLoaderConfig) -> dict[str, str]:
     """The ``FLASH_*`` staging settings (not the paths) the flash-loader gets for ``model``: concurrency, buffer,
-    verification, exclusions, and the ``fp16`` variant when ``spec.config.useFp16`` is the string ``"1"``."""
+    verification, exclusions, the ``fp16`` variant when ``spec.config.useFp16`` is the string ``"1"``, and the
+    controller's copy rate cap when one is set."""
     return {
         conventions.FLASH_CONCURRENCY: str(config.concurrency),
         conventions.FLASH_BUFFER_KB: str(config.buffer_size_kb),
         conventions.FLASH_VERIFY: "true" if config.verify_integrity else "false",
         conventions.FLASH_EXCLUDE: config.exclude_patterns,
         conventions.FLASH_VARIANT: "fp16" if model.spec.config.get("useFp16") == "1" else "",
+        **({conventions.FLASH_MAX_RATE: config.max_rate} if config.max_rate else {}),
     }
 
 
@@ -91,7 +95,7 @@ def resolve_flash_loader(
     config = FlashLoaderConfig(
         enabled=env.enabled, image=env.image, concurrency=env.concurrency, buffer_size_kb=env.buffer_size_kb,
         verify_integrity=env.verify_integrity, exclude_patterns=env.exclude_patterns,
-        tmpfs_size_limit=env.tmpfs_size_limit,
+        tmpfs_size_limit=env.tmpfs_size_limit, max_rate=env.max_rate,
     )
     cache = matching_model_cache(model, caches)
     if cache is not None:

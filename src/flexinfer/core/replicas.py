@@ -12,6 +12,7 @@ from typing import Final
 
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
+from flexinfer.core.phases import COND_READY, READY, find_condition
 
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 """Backend default idle timeout for LLM backends (5 m)."""
@@ -36,13 +37,16 @@ def cold_start_timeout_seconds(model: Model, default: float) -> float:
     return default
 
 
-def desired_replicas(model: Model, now: datetime) -> int:
+def desired_replicas(model: Model, now: datetime, *, in_flight: bool = False) -> int:
     """The replica count for the model's Deployment at ``now``, first matching rule wins (spec §3.2):
 
     shared and not Active in its group → 0; not serverless → 1; no ``lastActiveTime`` → minReplicas (warm
     primary → 1); Loading → 1 (never reap mid-load); idle past the idle timeout → minReplicas; else
-    max(1, minReplicas). The Go rules that read node facts (a KV-cache eviction; no warm primary while the
-    node runs pipeline pods or is in gaming mode) have no input here.
+    max(1, minReplicas). Idle counts from the last activity or from when the model became Ready, whichever is
+    later (the requests that woke it were waiting all along), and never while ``in_flight`` (a proxy reports
+    requests in flight to the model, ``flexinfer.core.model_status.plan.busy_proxies``). The Go rules that read
+    node facts (a KV-cache eviction; no warm primary while the node runs pipeline pods or is in gaming mode)
+    have no input here.
     """
     status = model.status
     shared = status.shared_group
@@ -55,8 +59,11 @@ def desired_replicas(model: Model, now: datetime) -> int:
         return floor
     if status.phase == "Loading":
         return 1
-    idle = (now - status.last_active_time).total_seconds()
-    if idle > idle_timeout_seconds(model):
+    idle_since = status.last_active_time
+    ready = find_condition(status.conditions, COND_READY) if status.phase == READY else None
+    if ready is not None and ready.status == "True" and ready.last_transition_time is not None:
+        idle_since = max(idle_since, ready.last_transition_time)
+    if not in_flight and (now - idle_since).total_seconds() > idle_timeout_seconds(model):
         return floor
     return max(1, floor)
 

@@ -26,6 +26,7 @@ ENV_BUFFER_KB = conventions.FLASH_BUFFER_KB
 ENV_VERIFY = conventions.FLASH_VERIFY
 ENV_EXCLUDE = conventions.FLASH_EXCLUDE
 ENV_VARIANT = conventions.FLASH_VARIANT
+ENV_MAX_RATE = conventions.FLASH_MAX_RATE
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_BUFFER_KB = 4096
@@ -46,6 +47,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            Kind.BOOL, Policy.FALLBACK),
     EnvVar(ENV_EXCLUDE, "", "Comma-separated path prefixes to skip (always plus .cache/ and .git/); `--exclude`."),
     EnvVar(ENV_VARIANT, "", "`fp16`: prefer `X.fp16.safetensors` over `X.safetensors`; `--variant`.", Kind.CHOICE),
+    EnvVar(ENV_MAX_RATE, "0", "Largest copy rate in bytes per second, a number or a quantity (`200Mi`): spares a "
+           "shared source volume; 0 = unlimited; `--max-rate`.", Kind.QUANTITY, Policy.FALLBACK),
 )
 
 
@@ -55,6 +58,7 @@ class StageSettings:
 
     ``chunk_bytes``: files larger than this are split into ranges of this size so one big shard keeps
     every worker busy. ``variant``: ``"fp16"`` prefers ``X.fp16.safetensors`` over ``X.safetensors``.
+    ``max_rate``: the copy's byte rate cap (bytes per second; 0 = none; ``flexinfer.flashloader.pacing``).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -63,6 +67,7 @@ class StageSettings:
     exclude: tuple[str, ...] = ALWAYS_EXCLUDED
     variant: str | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    max_rate: int = 0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -71,6 +76,8 @@ class StageSettings:
             raise ConfigError(f"buffer size must be at least 1 KiB, got {self.buffer_kb}")
         if self.chunk_bytes < 1:
             raise ConfigError(f"chunk size must be positive, got {self.chunk_bytes}")
+        if self.max_rate < 0:
+            raise ConfigError(f"the rate cap must not be negative, got {self.max_rate}")
         if self.variant is not None and self.variant not in VARIANTS:
             raise ConfigError(f"{ENV_VARIANT}: unknown variant {self.variant!r}; accepted: '' or {', '.join(VARIANTS)}")
         object.__setattr__(self, "exclude", merge_excludes(self.exclude))
@@ -133,6 +140,7 @@ def settings_from_env(env: Mapping[str, str], warn: Warn | None = process_settin
         verify=read.flag(ENV_VERIFY, False, Policy.FALLBACK),
         exclude=parse_exclude(env.get(ENV_EXCLUDE)),
         variant=parse_variant(env.get(ENV_VARIANT)),
+        max_rate=read.size(ENV_MAX_RATE, 0, Policy.FALLBACK),
     )
 
 

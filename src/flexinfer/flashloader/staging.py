@@ -25,6 +25,7 @@ from pathlib import Path
 from flexinfer.core.errors import InsufficientSpaceError, StagingError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.copying import FileCopy, RangeCopier
+from flexinfer.flashloader.pacing import Pace, chunk_bytes
 from flexinfer.flashloader.plan import CopyPlan, SourceFile, apply_variant, build_plan, demote, required_space
 from flexinfer.flashloader.plan import split_ranges as _split
 from flexinfer.flashloader.progress import CHECKSUMMING, NullProgress, ProgressSink
@@ -168,7 +169,8 @@ class _Run:
         """Copy every file, big files as ranges spread over the pool; returns per-file failures."""
         jobs = [self._job(item) for item in copies]
         units = sorted(((job, start, length) for job in jobs for start, length in job.ranges), key=lambda u: -u[2])
-        copier = RangeCopier(self.settings.buffer_bytes, self.cancel, self.sink.advance)
+        copier = RangeCopier(chunk_bytes(self.settings.buffer_bytes, self.settings.max_rate), self.cancel,
+                             self._on_copied())
 
         def run(unit: tuple[FileCopy, int, int]) -> None:
             job, start, length = unit
@@ -181,6 +183,18 @@ class _Run:
         finally:
             self.sink.end()
         return [FileIssue(job.source.rel, job.error) for job in jobs if job.error is not None]
+
+    def _on_copied(self) -> Callable[[int], None]:
+        """Progress for each copied chunk, paced to ``settings.max_rate`` when it is set."""
+        if self.settings.max_rate <= 0:
+            return self.sink.advance
+        pace = Pace(self.settings.max_rate, self.cancel)
+
+        def copied(nbytes: int) -> None:
+            self.sink.advance(nbytes)
+            pace.after(nbytes)
+
+        return copied
 
     def _job(self, item: SourceFile) -> FileCopy:
         return FileCopy(

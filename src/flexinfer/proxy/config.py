@@ -22,6 +22,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PROXY_QUEUE_TIMEOUT", "60s", "Longest wait for a model to become Ready (with the cold-start timeout, "
            "the larger wins); then 504 timeout.", Kind.DURATION),
     EnvVar("PROXY_COLD_START_TIMEOUT", "60s", "Default per-model cold-start budget.", Kind.DURATION),
+    EnvVar("PROXY_STALL_TIMEOUT", "120s", "In a cluster: a cold start whose weights load (`LoadingWeights`) "
+           "shows no progress in the Model's status for this long is stalled; its waiting requests get 503 "
+           "activation_failed.", Kind.DURATION),
     EnvVar("PROXY_AUTH_ENABLED", "false", "Require `Authorization: Bearer <PROXY_AUTH_TOKEN>` on API routes.",
            Kind.BOOL, Policy.GUARD),
     EnvVar("PROXY_AUTH_TOKEN", "", "The bearer token (required when auth is enabled; never logged)."),
@@ -57,6 +60,7 @@ class ProxyConfig:
     max_queue_size: int = 100
     queue_timeout: float = 60.0
     cold_start_timeout: float = 60.0
+    stall_timeout: float = 120.0
     auth_enabled: bool = False
     auth_token: str = ""
     rate_limit_enabled: bool = False
@@ -90,6 +94,7 @@ class ProxyConfig:
             ("PROXY_MAX_QUEUE_SIZE must be > 0", self.max_queue_size <= 0),
             ("PROXY_QUEUE_TIMEOUT must be > 0", self.queue_timeout <= 0),
             ("PROXY_COLD_START_TIMEOUT must be > 0", self.cold_start_timeout <= 0),
+            ("PROXY_STALL_TIMEOUT must be > 0", self.stall_timeout <= 0),
             ("PROXY_GRACEFUL_SHUTDOWN_TIMEOUT must be >= 0", self.graceful_shutdown_timeout < 0),
             ("PROXY_SHUTDOWN_DRAIN_DELAY must be >= 0", self.shutdown_drain_delay < 0),
             ("PROXY_AUTH_TOKEN must be set when PROXY_AUTH_ENABLED is true",
@@ -117,6 +122,7 @@ def proxy_config(env: Mapping[str, str]) -> ProxyConfig:
         max_queue_size=read.integer("PROXY_MAX_QUEUE_SIZE", default.max_queue_size),
         queue_timeout=read.duration("PROXY_QUEUE_TIMEOUT", default.queue_timeout),
         cold_start_timeout=read.duration("PROXY_COLD_START_TIMEOUT", default.cold_start_timeout),
+        stall_timeout=read.duration("PROXY_STALL_TIMEOUT", default.stall_timeout),
         auth_enabled=read.flag("PROXY_AUTH_ENABLED", default.auth_enabled, Policy.GUARD),
         auth_token=read.text("PROXY_AUTH_TOKEN"),
         rate_limit_enabled=read.flag("PROXY_RATE_LIMIT_ENABLED", default.rate_limit_enabled),

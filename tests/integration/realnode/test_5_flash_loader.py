@@ -2,22 +2,39 @@
 turns the global default on; a non-shared Local-cache Model whose weights are on the hostPath PV gets the
 `flash-loader` init container, which really stages the weights into the memory emptyDir, and the llama.cpp
 server loads them from there. A matching ModelCache's concurrency and tmpfsSizeLimit are visible in the pod
-(init container env, the emptyDir's size as `df` sees it). The upgrade is undone at the end."""
+(init container env, the emptyDir's size as `df` sees it).
+
+The same upgrade caps each flash-loader's copy rate (`controller.runtime.flashLoader.maxRate`) and lowers the
+proxy's stall deadline (`proxy.timeouts.stall`): a Model whose volume holds 48 MiB more stages for about 48 s,
+more than twice the deadline, and its request still succeeds, because the manager keeps moving the Model's
+`loadingProgressAt` from the flash-loader's progress lines. The upgrade is undone at the end."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
 from openai import OpenAI
 
 from support.helm_chart import CHART_DIR, Helm
-from support.real_node import NAMESPACE, RELEASE, RealNode, record
+from support.real_node import NAMESPACE, RELEASE, WEIGHTS_MANIFEST, ApiWatch, RealNode, record, wait_for
+from support.tiny_gguf import write_tiny_gguf
 
 MODEL = "tiny-flash"
 SIZE_LIMIT_MI = 64
+SLOW_MODEL = "slow-flash"
+SLOW_CLAIM = "slow-weights"
+PADDING_MI = 48
+MAX_RATE_MI = 1
+STALL_S = 20
+UPGRADE = ("controller.runtime.flashLoader.enabled=true", f"controller.runtime.flashLoader.maxRate={MAX_RATE_MI}Mi",
+           f"proxy.timeouts.stall={STALL_S}s")
+UNDO = ("controller.runtime.flashLoader.enabled=false", "controller.runtime.flashLoader.maxRate=",
+        "proxy.timeouts.stall=2m")
 
 
 def manifests(claim: str) -> str:
@@ -42,31 +59,41 @@ spec:
 """
 
 
-def upgrade(helm: Helm, value: str) -> None:
-    helm.run("upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values", "--set", value, "--wait",
+def upgrade(helm: Helm, *values: str) -> None:
+    sets = [arg for value in values for arg in ("--set", value)]
+    helm.run("upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values", *sets, "--wait",
              "--timeout", "300s", timeout=330)
 
 
 @pytest.fixture(scope="module")
-def flash_model(node: RealNode, helm: Helm, weights: str) -> Iterator[None]:
-    upgrade(helm, "controller.runtime.flashLoader.enabled=true")
+def flash_release(helm: Helm, release: str) -> Iterator[None]:
+    upgrade(helm, *UPGRADE)
+    yield
+    upgrade(helm, *UNDO)
+
+
+@pytest.fixture(scope="module")
+def flash_model(node: RealNode, weights: str, flash_release: None) -> Iterator[None]:
     node.apply(manifests(weights))
     yield
     node.kubectl("delete", "mdl", MODEL, "-n", NAMESPACE, "--wait=true", "--timeout=120s", check=False)
     node.kubectl("delete", "modelcache", f"{MODEL}-cache", "-n", NAMESPACE, "--timeout=60s", check=False)
-    upgrade(helm, "controller.runtime.flashLoader.enabled=false")
 
 
-def model_pod(node: RealNode) -> dict[str, Any]:
-    pods = node.get("pods", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={MODEL}")["items"]
+def model_pod(node: RealNode, model: str = MODEL) -> dict[str, Any]:
+    pods = node.get("pods", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={model}")["items"]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     assert len(live) == 1, [p["metadata"]["name"] for p in pods]
     return live[0]
 
 
-def test_the_flash_loader_stages_weights_into_tmpfs(node: RealNode, flash_model: None) -> None:
+def proxy_client(node: RealNode) -> OpenAI:
     ip = node.get("service", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["clusterIP"]
-    client = OpenAI(base_url=f"http://{ip}/v1", api_key="unused", timeout=300, max_retries=0)
+    return OpenAI(base_url=f"http://{ip}/v1", api_key="unused", timeout=300, max_retries=0)
+
+
+def test_the_flash_loader_stages_weights_into_tmpfs(node: RealNode, flash_model: None) -> None:
+    client = proxy_client(node)
     began = time.monotonic()
     reply = client.chat.completions.create(model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "hi"}])
     record("cold start with flash-loader (request -> reply)", time.monotonic() - began)
@@ -92,3 +119,68 @@ def test_the_flash_loader_stages_weights_into_tmpfs(node: RealNode, flash_model:
     staged = node.kubectl("exec", name, "-n", NAMESPACE, "-c", "model", "--", "stat", "-c", "%s", "/models").stdout
     assert int(staged) > 0
     assert "running" in {c["name"]: c for c in pod["status"]["containerStatuses"]}["model"]["state"]
+
+
+SLOW_MODEL_MANIFEST = f"""
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: {SLOW_MODEL}, namespace: {NAMESPACE}}}
+spec:
+  backend: llamacpp
+  source: pvc://{SLOW_CLAIM}/tiny-a.gguf
+  cache: {{strategy: Local, flashLoader: {{enabled: true, concurrency: 1, tmpfsSizeLimit: 128Mi}}}}
+  serverless: {{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}}
+  resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
+"""
+
+
+@pytest.fixture
+def slow_model(node: RealNode, flash_release: None) -> Iterator[None]:
+    """tiny-a.gguf plus {PADDING_MI} MiB the flash-loader stages too, on their own hostPath volume."""
+    path = node.state_dir / SLOW_CLAIM
+    path.mkdir(exist_ok=True)
+    path.chmod(0o755)
+    write_tiny_gguf(path / "tiny-a.gguf", seed=1).chmod(0o644)
+    (path / "padding.bin").write_bytes(bytes(PADDING_MI << 20))
+    (path / "padding.bin").chmod(0o644)
+    node.apply(WEIGHTS_MANIFEST.format(claim=SLOW_CLAIM, path=path, namespace=NAMESPACE))
+    wait_for(lambda: node.get("pvc", SLOW_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
+             "the slow weights claim to be bound")
+    node.apply(SLOW_MODEL_MANIFEST)
+    yield
+    node.kubectl("delete", "mdl", SLOW_MODEL, "-n", NAMESPACE, "--wait=true", "--timeout=120s", check=False)
+    node.kubectl("delete", "pvc", SLOW_CLAIM, "-n", NAMESPACE, "--wait=false", check=False)
+    node.kubectl("delete", "pv", f"flexinfer-{SLOW_CLAIM}", "--wait=false", check=False)
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_staging_longer_than_the_stall_deadline_does_not_fail_requests(node: RealNode, slow_model: None) -> None:
+    proxy = node.get("deployment", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in proxy["env"]}["PROXY_STALL_TIMEOUT"] == f"{STALL_S}s"
+    with ApiWatch(node) as watch:
+        began = time.monotonic()
+        reply = proxy_client(node).chat.completions.create(
+            model=SLOW_MODEL, max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+        record(f"cold start, {PADDING_MI // MAX_RATE_MI} s staging (request -> reply)", time.monotonic() - began)
+        assert reply.choices[0].finish_reason in ("length", "stop")
+        with watch.lock:
+            statuses = [obj.get("status", {}) for _, kind, obj in watch.events
+                        if kind == "Model" and obj["metadata"]["name"] == SLOW_MODEL]
+
+    pod = model_pod(node, SLOW_MODEL)
+    loader = next(c for c in pod["spec"]["initContainers"] if c["name"] == "flash-loader")
+    assert {e["name"]: e.get("value") for e in loader["env"]}["FLASH_MAX_RATE"] == f"{MAX_RATE_MI}Mi"
+    ran = pod["status"]["initContainerStatuses"][0]["state"]["terminated"]
+    staged_for = stamp(ran["finishedAt"]) - stamp(ran["startedAt"])
+    assert ran["exitCode"] == 0 and staged_for >= 2 * STALL_S, ran
+
+    # What kept the proxy waiting: the progress stamps the manager wrote from the flash-loader's log.
+    progress = sorted({stamp(s["loadingProgressAt"]) for s in statuses
+                       if s.get("loadingSubstage") == "LoadingWeights" and s.get("loadingProgressAt")})
+    messages = {s.get("message") for s in statuses if s.get("loadingSubstage") == "LoadingWeights"}
+    assert len(progress) >= 3 and any("staging weights into tmpfs:" in str(m) for m in messages), messages
+    gaps = [later - earlier for earlier, later in itertools.pairwise(progress)]
+    assert max(gaps) < STALL_S, gaps

@@ -208,8 +208,10 @@ def test_optional_runtime_env_only_when_set(helm: Helm) -> None:
             "controller.runtime.flashLoader.tmpfsSizeLimit=16Gi",
             "controller.runtime.flashLoader.concurrency=8",
             "controller.runtime.flashLoader.image=registry.lan/flexinfer:dev",
+            "controller.runtime.flashLoader.maxRate=200Mi",
         )
     )
+    assert "DEFAULT_FLASH_LOADER_MAX_RATE" not in unset and custom["DEFAULT_FLASH_LOADER_MAX_RATE"] == "200Mi"
     assert custom["DEFAULT_FLASH_LOADER_TMPFS_SIZE_LIMIT"] == "16Gi"
     assert custom["DEFAULT_FLASH_LOADER_CONCURRENCY"] == "8"
     assert custom["DEFAULT_FLASH_LOADER_IMAGE"] == "registry.lan/flexinfer:dev"
@@ -252,6 +254,7 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
         "POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}},
         "PROXY_QUEUE_TIMEOUT": "10m",
         "PROXY_COLD_START_TIMEOUT": "10m",
+        "PROXY_STALL_TIMEOUT": "2m",
         "PROXY_MAX_QUEUE_SIZE": "100",
         **LOG_ENV,
         "FLEXINFER_ACCESS_LOG": "true",

@@ -15,7 +15,7 @@ import pytest
 
 from flexinfer.api.conventions import ENDPOINT_OVERRIDE_ANNOTATION
 from flexinfer.api.model import Model
-from flexinfer.cluster_proxy.demand import DemandSignal, KubeEngine, rfc3339
+from flexinfer.cluster_proxy.demand import STALL_AFTER, DemandSignal, KubeEngine, rfc3339
 from flexinfer.cluster_proxy.demand_report import DemandReport
 from flexinfer.cluster_proxy.model_api import KubeApiError
 from flexinfer.cluster_proxy.model_watch import ModelStore, ModelWatcher
@@ -49,9 +49,10 @@ class Cluster:
         self.report = DemandReport(api, "proxy-a", now=clock.now, clock=clock.mono)
         self.demand = DemandSignal(self.report, store, now=clock.now, clock=clock.mono, retry_delay=0.0)
 
-    def engine(self, override: bool = False, now: Callable[[], datetime] | None = None) -> KubeEngine:
+    def engine(self, override: bool = False, now: Callable[[], datetime] | None = None,
+               stall_after: float = STALL_AFTER) -> KubeEngine:
         return KubeEngine(self.store, self.demand, endpoint_override=override, cold_start_timeout=5.0,
-                          now=now or self.clock.now)
+                          stall_after=stall_after, now=now or self.clock.now)
 
     def model(self, name: str = "m") -> Model:
         found = self.store.get(f"default/{name}")
@@ -213,11 +214,37 @@ async def test_a_stalled_load_fails_when_its_deadline_passes() -> None:
         assert time.monotonic() - started < 2
 
 
+async def test_a_load_that_starts_after_the_request_is_still_watched_for_a_stall() -> None:
+    """The usual cold start: the request arrives while the model is Pending; its weights load (LoadingWeights)
+    begins later and then makes no progress. The deadline is armed when the load begins, not only when the
+    request started."""
+    base = time.monotonic()
+
+    def moving_now() -> datetime:
+        return T0 + timedelta(seconds=time.monotonic() - base)
+
+    async with cluster(model_body("m", phase="Pending")) as c:
+        start = asyncio.create_task(c.engine(now=moving_now, stall_after=10.0).start(c.model(), Stages()))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        await c.api.set_status("m", {"phase": "Loading", "loadingSubstage": "LoadingWeights",
+                                     "loadingProgressAt": rfc3339(T0 - timedelta(seconds=9.5))})
+        with pytest.raises(EngineError, match="stalled"):
+            await asyncio.wait_for(start, 3)
+
+
+async def test_the_stall_deadline_is_the_configured_one() -> None:
+    """``PROXY_STALL_TIMEOUT`` (here 10 s): a load without progress for 10 s is stalled, long before 120 s."""
+    doc = model_body("m", phase="Loading")
+    doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=10.5)))
+    async with cluster(doc) as c:
+        with pytest.raises(EngineError, match="stalled"):
+            await asyncio.wait_for(c.engine(stall_after=10.0).start(c.model(), Stages()), 2)
+
+
 async def test_progress_moves_the_stall_deadline() -> None:
     """The test's clock moves only when told to, so however slow the machine, the first deadline is still
-    ahead when the progress stamp arrives; the engine's timer for that old deadline then fires into a model
-    whose new deadline is far away (seen as the engine reading the moved clock: once when the timer fires, once
-    when it re-arms for the new deadline)."""
+    ahead when the progress stamp arrives; the engine then arms its timer for the new deadline. Past the old
+    deadline, the next status event finds the load in time (seen as the engine reading the moved clock)."""
     doc = model_body("m", phase="Loading")
     doc["status"].update(loadingSubstage="LoadingWeights", loadingProgressAt=rfc3339(T0 - timedelta(seconds=119.9)))
     async with cluster(doc) as c:
@@ -233,7 +260,8 @@ async def test_progress_moves_the_stall_deadline() -> None:
         await c.seen(lambda _: c.model().status.loading_progress_at == T0 + timedelta(seconds=1))
         c.clock.offset = 5.0  # past the first deadline (T0 + 0.1 s), far before the new one (T0 + 121 s)
         moved = T0 + timedelta(seconds=5)
-        await eventually(lambda: sum(reading >= moved for reading in readings) >= 2)
+        await c.api.set_status("m", {"message": "shard 3/8"})
+        await eventually(lambda: any(reading >= moved for reading in readings))
         assert not start.done()
         await c.api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
         assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")

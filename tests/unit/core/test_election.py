@@ -69,6 +69,24 @@ def test_demand_preemption_rules() -> None:
     assert elect([idle_ready, equal], NOW, GO).leader == "d"
 
 
+def test_a_member_idle_past_its_own_timeout_is_not_restarted_ahead_of_a_waiting_one() -> None:
+    """tiny-b (priority 200, idle timeout 15 s) served a request 30 s ago and was scaled to zero as idle; a request
+    now waits for tiny-a. The GPU goes to tiny-a, not to tiny-b, which nobody asked for since."""
+    lapsed = m("tiny-b", priority=200, phase="Idle", last_active=ago(30), idle_timeout=15)
+    waiting = m("tiny-a", priority=100, phase="Idle", last_active=ago(1), waiting_since=ago(1), idle_timeout=15)
+    assert (elect([lapsed, waiting], NOW, GO).leader, elect([lapsed, waiting], NOW, GO).reason) == ("tiny-a", "recent")
+    assert elect([replace(lapsed, waiting_since=ago(1)), waiting], NOW, GO).leader == "tiny-b", "its own request waits"
+    assert elect([replace(lapsed, idle_timeout=600), waiting], NOW, GO).leader == "tiny-b", "still warm: Go order"
+    ready = m("r", phase="Ready", state="Active", priority=100, last_active=ago(200))
+    assert elect([ready, lapsed], NOW, GO).leader == "r", "a lapsed member is no demand against a Ready one"
+    # Right after a swap (cooldown running), the winner served its request and idled out: the card is empty.
+    leader = replace(lapsed, state="Active")
+    loser = replace(waiting, phase="Preempted", state="Preempted", preempted_at=ago(60))
+    assert elect([leader, loser], NOW, GO).leader == "tiny-a"
+    assert elect([replace(leader, phase="Ready"), loser], NOW, GO).reason == "swap_cooldown", "still serving"
+    assert elect([ready, replace(lapsed, idle_timeout=None)], NOW, GO).reason == "demand_preemption"
+
+
 def test_warm_primary_reclaims_from_idle_leader_and_categories() -> None:
     idle = m("r", phase="Ready", priority=500, last_active=ago(200))
     primary = m("p", warm_primary=True, priority=1)
@@ -111,9 +129,10 @@ def test_lease_parks_the_group() -> None:
 def test_member_from_model() -> None:
     model = Model.model_validate({"metadata": {"name": "q"}, "spec": {
         "backend": "vllm", "source": "hf://x/y", "gpu": {"shared": "g", "priority": 7, "swapCooldown": "10m"},
-        "serverless": {"coldStartTimeout": "90s"}}, "status": {"phase": "Ready", "cache": {"ready": False}}})
+        "serverless": {"coldStartTimeout": "90s", "idleTimeout": "2m"}},
+        "status": {"phase": "Ready", "cache": {"ready": False}}})
     member = Member.from_model(model)
-    assert (member.priority, member.swap_cooldown, member.cold_start_timeout) == (7, 600, 90)
+    assert (member.priority, member.swap_cooldown, member.cold_start_timeout, member.idle_timeout) == (7, 600, 90, 120)
     assert not member.can_take_demand
 
 

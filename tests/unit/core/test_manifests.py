@@ -87,6 +87,11 @@ def test_flash_loader_for_shared_local_model() -> None:
     assert volumes(deployment)["model"]["hostPath"]["path"] == "/var/lib/flexinfer/models/ml/m"
 
 
+def test_the_controller_rate_cap_reaches_the_flash_loader() -> None:
+    deployment, _ = render(env={"DEFAULT_FLASH_LOADER_MAX_RATE": "200Mi"}, **AMD_SHARED_LOCAL)
+    assert env_of(deployment, "flash-loader")["FLASH_MAX_RATE"] == "200Mi"
+
+
 def test_fp16_variant_only_for_the_string_one() -> None:
     deployment, _ = render(config={"useFp16": 1}, **AMD_SHARED_LOCAL)
     assert env_of(deployment, "flash-loader")["FLASH_VARIANT"] == ""
@@ -217,6 +222,17 @@ def test_main_container_is_locked_down_and_explicit() -> None:
 def test_startup_timeout_sets_the_probe_budget() -> None:
     main = container(render(config={"startupTimeout": "30m"})[0])
     assert main["startupProbe"]["failureThreshold"] * main["startupProbe"]["periodSeconds"] == 1800
+
+
+def test_the_startup_probe_asks_every_second_within_the_default_budget() -> None:
+    """A server that listens 0.1 s after it starts is seen started about a second later, not one long readiness
+    period later; a slow big model still gets the whole default budget (15 minutes) before the kubelet kills it."""
+    main = container(render()[0])
+    startup, readiness = main["startupProbe"], main["readinessProbe"]
+    assert startup["periodSeconds"] == 1 and startup["failureThreshold"] == 900
+    assert readiness["periodSeconds"] <= 2
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] >= 30  # a busy server is not dropped
+    assert "livenessProbe" not in main
 
 
 def test_replicas_and_multi_replica_spread() -> None:

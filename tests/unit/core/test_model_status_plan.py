@@ -114,3 +114,20 @@ def test_next_wakeup_is_the_earliest_time_driven_change() -> None:
     wake = next_wakeup([model], [], T0 + timedelta(seconds=1), POLICY)
     assert wake is not None and timedelta(seconds=30) <= wake - T0 < timedelta(seconds=31)
     assert next_wakeup([make_model("idle")], [], T0, POLICY) is None
+
+
+def test_the_idle_timer_also_wakes_after_ready_and_when_an_in_flight_report_goes_stale() -> None:
+    """The idle clock starts again at Ready, and a proxy that stopped refreshing its in-flight report (it crashed)
+    stops counting after ``busy_ttl``: both are time-driven changes of the replica decision."""
+    ready = Condition(type="Ready", status="True", reason="BackendReady", last_transition_time=T0)
+    model = make_model("m", serverless={"idleTimeout": "15s"})
+    model = model.model_copy(update={"status": model.status.model_copy(update={
+        "phase": "Ready", "last_active_time": T0 - timedelta(seconds=50), "conditions": [ready]})})
+    wake = next_wakeup([model], [], T0 + timedelta(seconds=11), POLICY)
+    assert wake is not None and timedelta(seconds=15) <= wake - T0 < timedelta(seconds=16)
+    reported = model.model_copy(update={"metadata": model.metadata.model_copy(update={
+        "annotations": {"inflight.flexinfer.ai/p1": "2026-01-01T00:00:10Z"}})})
+    wake = next_wakeup([reported], [], T0 + timedelta(seconds=11), POLICY)
+    assert wake is not None and timedelta(seconds=15) <= wake - T0 < timedelta(seconds=16)
+    wake = next_wakeup([reported], [], T0 + timedelta(seconds=16), POLICY)
+    assert wake is not None and timedelta(seconds=40) <= wake - T0 < timedelta(seconds=41)

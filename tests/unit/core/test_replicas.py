@@ -16,8 +16,8 @@ def model(status: dict[str, Any] | None = None, **spec: Any) -> Model:
     return Model.model_validate({"metadata": {"name": "m"}, "spec": body, "status": status or {}})
 
 
-def desired(m: Model) -> int:
-    return desired_replicas(m, NOW)
+def desired(m: Model, in_flight: bool = False) -> int:
+    return desired_replicas(m, NOW, in_flight=in_flight)
 
 
 def ago(seconds: float) -> str:
@@ -44,3 +44,15 @@ def test_rules_in_order() -> None:
     assert desired(model({"phase": "Ready", "lastActiveTime": ago(299)})) == 1
     active = model({"sharedGroup": {"state": "Active"}, "lastActiveTime": ago(1)}, gpu={"shared": "g"})
     assert desired(active) == 1
+
+
+def test_a_model_is_not_idle_while_requests_are_in_flight_or_just_after_it_became_ready() -> None:
+    """idleTimeout 15 s; the request that woke the model waited 20 s for it (its lastActiveTime is 20 s old)."""
+    def ready(since: float) -> dict[str, Any]:
+        return {"phase": "Ready", "lastActiveTime": ago(20),
+                "conditions": [{"type": "Ready", "status": "True", "reason": "BackendReady",
+                                "lastTransitionTime": ago(since)}]}
+    short = {"serverless": {"idleTimeout": "15s"}}
+    assert desired(model(ready(0.5), **short)) == 1, "Ready half a second ago: not idle yet"
+    assert desired(model(ready(16), **short)) == 0, "idle for the whole timeout since Ready"
+    assert desired(model(ready(16), **short), in_flight=True) == 1, "a proxy reports requests in flight"

@@ -61,3 +61,9 @@ def test_bad_flag_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as caught:
         main(["flash-load", "--concurrency", "0"])
     assert caught.value.code == 2 and "--concurrency: must be ≥ 1, got 0" in capsys.readouterr().err
+
+
+def test_a_bad_rate_cap_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["flash-load", "--max-rate", "fast"])
+    assert caught.value.code == 2 and "--max-rate: expected bytes or a quantity" in capsys.readouterr().err

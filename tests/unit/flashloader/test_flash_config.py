@@ -35,6 +35,14 @@ def test_values_parsed() -> None:
     assert settings.exclude == ("originals/", "*.pt", ".cache/", ".git/")
 
 
+def test_the_rate_cap_is_bytes_per_second_from_a_quantity() -> None:
+    assert from_env({**BASE, "FLASH_MAX_RATE": "2Mi"}).settings.max_rate == 2 * 1024 * 1024
+    assert from_env(BASE).settings.max_rate == 0
+    warnings: list[str] = []
+    assert from_env({**BASE, "FLASH_MAX_RATE": "fast"}, warnings.append).settings.max_rate == 0
+    assert warnings and warnings[0].startswith("FLASH_MAX_RATE='fast'")
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "many", "16 gigs"])
 def test_bad_numbers_fall_back_to_defaults_with_a_warning_naming_them(value: str) -> None:
     warnings: list[str] = []

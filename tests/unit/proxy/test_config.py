@@ -18,6 +18,7 @@ def test_defaults_match_the_spec():
     assert (config.rate_limit_per_model, config.rate_limit_burst) == (100.0, 50)
     assert (config.rate_limit_global, config.rate_limit_global_burst) == (1000.0, 200)
     assert config.max_concurrency_per_model == 0 and not config.auth_enabled
+    assert config.stall_timeout == 120.0
     config.validate()
 
 
@@ -25,12 +26,12 @@ def test_values_are_parsed():
     config = proxy_config({
         "PROXY_MAX_QUEUE_SIZE": "7", "PROXY_QUEUE_TIMEOUT": "2m", "PROXY_COLD_START_TIMEOUT": "1h30m",
         "PROXY_AUTH_ENABLED": "Yes", "PROXY_AUTH_TOKEN": " tok ", "PROXY_MAX_BODY_BYTES": "1Mi",
-        "PROXY_MAX_CONCURRENCY_PER_MODEL": "4", "PROXY_RATE_LIMIT_PER_MODEL": "2.5",
+        "PROXY_MAX_CONCURRENCY_PER_MODEL": "4", "PROXY_RATE_LIMIT_PER_MODEL": "2.5", "PROXY_STALL_TIMEOUT": "20s",
     })
     assert (config.max_queue_size, config.queue_timeout, config.cold_start_timeout) == (7, 120.0, 5400.0)
     assert config.auth_enabled and config.auth_token == "tok"
     assert config.max_body_bytes == 1024 * 1024 and config.max_concurrency_per_model == 4
-    assert config.rate_limit_per_model == 2.5
+    assert config.rate_limit_per_model == 2.5 and config.stall_timeout == 20.0
     assert config.wait_timeout == 5400.0
 
 
@@ -47,6 +48,7 @@ def test_malformed_values_name_the_variable(name, value):
     ({"PROXY_MAX_QUEUE_SIZE": "0"}, "PROXY_MAX_QUEUE_SIZE"),
     ({"PROXY_QUEUE_TIMEOUT": "0"}, "PROXY_QUEUE_TIMEOUT"),
     ({"PROXY_COLD_START_TIMEOUT": "0s"}, "PROXY_COLD_START_TIMEOUT"),
+    ({"PROXY_STALL_TIMEOUT": "0s"}, "PROXY_STALL_TIMEOUT"),
     ({"PROXY_AUTH_ENABLED": "true"}, "PROXY_AUTH_TOKEN"),
     ({"PROXY_RATE_LIMIT_ENABLED": "on", "PROXY_RATE_LIMIT_BURST": "-1"}, "PROXY_RATE_LIMIT_BURST"),
     ({"PROXY_RATE_LIMIT_ENABLED": "on", "PROXY_RATE_LIMIT_GLOBAL": "-5"}, "PROXY_RATE_LIMIT_GLOBAL"),

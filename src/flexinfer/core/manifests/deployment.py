@@ -38,7 +38,13 @@ from flexinfer.core.profiles import (
 Json = dict[str, Any]
 GPU_TOLERATION: Json = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
-PROBE_PERIOD_S = 10
+STARTUP_PROBE_PERIOD_S = 1
+"""The startup probe asks every second, so a server is seen up about a second after it listens; its failure
+threshold spreads the model's start-up budget (``spec.config.startupTimeout``) over these periods."""
+READINESS_PROBE_PERIOD_S = 2
+READINESS_FAILURE_THRESHOLD = 15
+"""Once started: readiness every 2 s (the kubelet may wait one period after the startup probe passes before it
+asks), and a server busy for up to 30 s in a row (15 failed probes) stays Ready."""
 HF_HOME = f"{MODEL_MOUNT}/.cache/huggingface"
 
 
@@ -144,9 +150,11 @@ def _model_container(model: Model, inputs: PodInputs, backend: BackendDefaults, 
         "resources": _resources(model, inputs.profile),
         "volumeMounts": mounts,
         "readinessProbe": {"httpGet": {"path": backend.readiness_path, "port": "http"},
-                           "periodSeconds": PROBE_PERIOD_S, "failureThreshold": 3},
+                           "periodSeconds": READINESS_PROBE_PERIOD_S,
+                           "failureThreshold": READINESS_FAILURE_THRESHOLD},
         "startupProbe": {"httpGet": {"path": backend.startup_path, "port": "http"},
-                         "periodSeconds": PROBE_PERIOD_S, "failureThreshold": _startup_failure_threshold(model)},
+                         "periodSeconds": STARTUP_PROBE_PERIOD_S,
+                         "failureThreshold": _startup_failure_threshold(model)},
         "securityContext": {"allowPrivilegeEscalation": False},
         **TERMINATION_MESSAGE,
     })
@@ -207,4 +215,4 @@ def _startup_failure_threshold(model: Model) -> int:
     """``spec.config.startupTimeout`` (a duration) divided into probe periods; default 15 minutes."""
     raw = model.spec.config.get("startupTimeout")
     seconds = duration_or_none(str(raw)) if raw is not None else None
-    return max(1, math.ceil((seconds or DEFAULT_STARTUP_TIMEOUT_S) / PROBE_PERIOD_S))
+    return max(1, math.ceil((seconds or DEFAULT_STARTUP_TIMEOUT_S) / STARTUP_PROBE_PERIOD_S))

@@ -79,9 +79,9 @@ class MemberPlan:
     preempted_message: str = ""
 
 
-def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> list[str]:
-    """Proxies reporting in-flight requests for the model, refreshed within ``ttl`` seconds."""
-    busy = []
+def inflight_refreshes(annotations: Mapping[str, str]) -> dict[str, datetime]:
+    """Each proxy's last refresh of its in-flight report for the model (unparsable values are ignored)."""
+    out: dict[str, datetime] = {}
     for key, value in annotations.items():
         if not key.startswith(INFLIGHT_PREFIX):
             continue
@@ -89,9 +89,15 @@ def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> l
             seen = datetime.fromisoformat(value.strip())
         except ValueError:
             continue
-        if seen.tzinfo is not None and (now - seen).total_seconds() < ttl:
-            busy.append(key[len(INFLIGHT_PREFIX):])
-    return sorted(busy)
+        if seen.tzinfo is not None:
+            out[key[len(INFLIGHT_PREFIX):]] = seen
+    return out
+
+
+def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> list[str]:
+    """Proxies reporting in-flight requests for the model, refreshed within ``ttl`` seconds."""
+    refreshes = inflight_refreshes(annotations)
+    return sorted(proxy for proxy, seen in refreshes.items() if (now - seen).total_seconds() < ttl)
 
 
 def _preempted_message(decision: MemberDecision, leader: Model | None) -> str:
@@ -116,10 +122,10 @@ def plan_member(inputs: MemberInputs, now: datetime, policy: ManagerPolicy) -> M
     member keeps its replicas while ``inputs.busy``, until ``preemptedAt + drain_timeout``)."""
     model, decision = inputs.model, inputs.decision
     if decision is None or model.group is None:
-        return MemberPlan(desired_replicas(model, now), None)
+        return MemberPlan(desired_replicas(model, now, in_flight=inputs.busy), None)
     shared = shared_status(model, decision, now)
     scoped = model.model_copy(update={"status": model.status.model_copy(update={"shared_group": shared})})
-    plan = MemberPlan(desired_replicas(scoped, now), shared, decision.preempt_now,
+    plan = MemberPlan(desired_replicas(scoped, now, in_flight=inputs.busy), shared, decision.preempt_now,
                       _preempted_message(decision, inputs.leader))
     live = inputs.deployment
     draining = (shared.state == "Preempted" and plan.replicas == 0 and inputs.busy and live is not None
@@ -191,6 +197,11 @@ def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:
         windows.append(Member.from_model(model, default_cold_start_timeout=policy.election.default_cold_start_timeout)
                        .cold_start_timeout)
         out.extend(last + timedelta(seconds=w) for w in windows)
+    ready = phases.find_condition(model.status.conditions, phases.COND_READY)
+    if model.status.phase == phases.READY and ready is not None and ready.last_transition_time is not None:
+        out.append(ready.last_transition_time + timedelta(seconds=idle_timeout_seconds(model)))
+    out.extend(seen + timedelta(seconds=policy.busy_ttl)
+               for seen in inflight_refreshes(model.metadata.annotations).values())
     if shared is not None and shared.preempted_at is not None:
         out.append(shared.preempted_at + timedelta(seconds=policy.drain_timeout))
     waiting = waiting_since_of(model)
