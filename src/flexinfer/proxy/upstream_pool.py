@@ -21,6 +21,9 @@ from flexinfer.proxy.upstream_http import (
     UpstreamResponse,
 )
 
+CONNECT_ATTEMPTS = (0.25, 0.5)
+"""Lengths (seconds) of the first TCP connect attempts; the last attempt gets what is left of the timeout."""
+
 
 class UpstreamPool:
     """Keep-alive connections to model servers, keyed by ``(host, port)``; at most ``max_per_server`` open
@@ -150,14 +153,25 @@ class UpstreamPool:
         return None
 
     async def _connect(self, key: tuple[str, int]) -> Connection:
+        """Connect within the connect timeout, in attempts of growing length (plain TCP): a SYN that is dropped
+        (a Service whose new endpoint kube-proxy has not programmed yet, a full accept queue) is sent again after
+        ``CONNECT_ATTEMPTS`` seconds instead of the kernel's first retransmission a second later."""
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                _, conn = await loop.create_connection(lambda: Connection(key, self._lost), key[0], key[1],
-                                                       ssl=self._tls)
-        except (OSError, TimeoutError) as exc:
-            raise UpstreamConnectionError(f"{type(exc).__name__}: {exc}") from None
-        return conn
+        deadline = loop.time() + self._connect_timeout
+        attempts = CONNECT_ATTEMPTS if self._tls is None else ()
+        for attempt in (*attempts, None):
+            left = deadline - loop.time()
+            try:
+                async with asyncio.timeout(left if attempt is None else min(attempt, left)):
+                    _, conn = await loop.create_connection(lambda: Connection(key, self._lost), key[0], key[1],
+                                                           ssl=self._tls)
+                return conn
+            except TimeoutError as exc:
+                if attempt is None or loop.time() >= deadline:
+                    raise UpstreamConnectionError(f"TimeoutError: {exc}") from None
+            except OSError as exc:
+                raise UpstreamConnectionError(f"{type(exc).__name__}: {exc}") from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def put_back(self, conn: Connection) -> None:
         """A connection is free again: to the oldest waiting request, else to the idle list."""

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import random
+import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -333,3 +334,39 @@ async def test_a_stream_with_lower_case_headers_still_ends_with_an_sse_error_eve
     events = [event for event in body.decode().split("\n\n") if event]
     assert events[0] == "data: first"
     assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "bad_gateway"
+
+
+def _syn_sent_to(port: int) -> bool:
+    """A socket of this machine is in SYN_SENT towards ``port`` on 127.0.0.1 (its SYN got no answer yet)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any(row[2] == f"0100007F:{port:04X}" and row[3] == "02" for row in rows)
+
+
+async def test_a_dropped_syn_is_sent_again_before_the_kernels_one_second_retransmission() -> None:
+    """A SYN nobody answers (here: the server's accept queue is full; in a cluster: a Service whose new endpoint
+    kube-proxy has not programmed yet) is retried by a new short connect attempt, so the request succeeds within
+    a connect timeout shorter than the kernel's first retransmission (1 s)."""
+    loop = asyncio.get_running_loop()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)  # room for one pending connection: the filler below
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))
+    pool = UpstreamPool(0.9)
+    try:
+        request = asyncio.create_task(pool.request("POST", "127.0.0.1", port, "/", headers=[], body=b"{}"))
+        await eventually(lambda: _syn_sent_to(port))  # the first SYN was dropped: the queue is full
+        (await loop.sock_accept(listener))[0].close()  # the filler leaves the queue
+        server, _ = await loop.sock_accept(listener)
+        with server:
+            await loop.sock_recv(server, 65536)
+            await loop.sock_sendall(server, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            response = await request
+            assert (response.status, await response.read()) == (200, b"ok")
+            response.close()
+    finally:
+        filler.close()
+        listener.close()
+        await pool.close()
