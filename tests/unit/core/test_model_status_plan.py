@@ -131,3 +131,13 @@ def test_the_idle_timer_also_wakes_after_ready_and_when_an_in_flight_report_goes
     assert wake is not None and timedelta(seconds=15) <= wake - T0 < timedelta(seconds=16)
     wake = next_wakeup([reported], [], T0 + timedelta(seconds=16), POLICY)
     assert wake is not None and timedelta(seconds=40) <= wake - T0 < timedelta(seconds=41)
+
+
+def test_a_model_that_never_idles_out_arms_no_idle_timer_at_ready() -> None:
+    """Not serverless (or never active): the replica count does not read the idle time, so Ready arms nothing."""
+    ready = Condition(type="Ready", status="True", reason="BackendReady", last_transition_time=T0)
+    for serverless in ({"enabled": False}, {"idleTimeout": "15s"}):
+        model = make_model("m", serverless=serverless)
+        model = model.model_copy(update={"status": model.status.model_copy(update={
+            "phase": "Ready", "conditions": [ready]})})
+        assert next_wakeup([model], [], T0 + timedelta(seconds=1), POLICY) is None

@@ -198,7 +198,8 @@ def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:
                        .cold_start_timeout)
         out.extend(last + timedelta(seconds=w) for w in windows)
     ready = phases.find_condition(model.status.conditions, phases.COND_READY)
-    if model.status.phase == phases.READY and ready is not None and ready.last_transition_time is not None:
+    idles = model.serverless and last is not None  # else the replica count never reads the idle time
+    if idles and model.status.phase == phases.READY and ready is not None and ready.last_transition_time is not None:
         out.append(ready.last_transition_time + timedelta(seconds=idle_timeout_seconds(model)))
     out.extend(seen + timedelta(seconds=policy.busy_ttl)
                for seen in inflight_refreshes(model.metadata.annotations).values())
