@@ -140,12 +140,12 @@ def main() -> int:
     node = real_node.start()
     try:
         base = setup(node)
-        watcher = ApiWatch(node)
         results: dict[str, list[dict[str, float]]] = {"cold start tiny-a": [], "swap tiny-a → tiny-b": []}
-        for _ in range(args.rounds):
-            idle(node)
-            results["cold start tiny-a"].append(measure(node, watcher, base, "tiny-a"))
-            results["swap tiny-a → tiny-b"].append(measure(node, watcher, base, "tiny-b"))
+        with ApiWatch(node) as watcher:  # closed before the node goes down
+            for _ in range(args.rounds):
+                idle(node)
+                results["cold start tiny-a"].append(measure(node, watcher, base, "tiny-a"))
+                results["swap tiny-a → tiny-b"].append(measure(node, watcher, base, "tiny-b"))
         for what, rounds in results.items():
             print(f"\n{what} ({len(rounds)} rounds), median seconds")
             for stage in (*STAGES, "total", "overhead"):
