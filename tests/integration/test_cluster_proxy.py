@@ -37,11 +37,8 @@ OVERRIDE = "flexinfer.ai/endpoint-override"
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTestbed]:
-    bed = KubeTestbed(tmp_path_factory.mktemp("kube") / "bed").start()
-    try:
+    with KubeTestbed(tmp_path_factory.mktemp("kube") / "bed") as bed:
         yield bed.install_crds()
-    finally:
-        bed.stop()
 
 
 class Manager:

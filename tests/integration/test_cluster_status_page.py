@@ -30,11 +30,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTestbed]:
-    bed = KubeTestbed(tmp_path_factory.mktemp("kube") / "bed").start()
-    try:
+    with KubeTestbed(tmp_path_factory.mktemp("kube") / "bed") as bed:
         yield bed.install_crds()
-    finally:
-        bed.stop()
 
 
 @pytest.fixture

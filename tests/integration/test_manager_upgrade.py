@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from support.kube_testbed import KubeTestbed
-from support.manager_harness import CRD_DIR, cluster, manager_config, start_manager
+from support.kube_testbed import CRD_DIR, KubeTestbed
+from support.manager_harness import cluster, manager_config, start_manager
 
 pytestmark = pytest.mark.integration
 OLD_CRDS = ("ai.flexinfer_models.yaml", "ai.flexinfer_modelcaches.yaml", "ai.flexinfer_gpuleases.yaml")

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO_ROOT / "charts" / "flexinfer" / "crds"
 HACK_DIR = REPO_ROOT / "hack"
 KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager")
 BUILD_TIMEOUT_S = 40 * 60
@@ -167,9 +168,9 @@ class KubeTestbed:
         return run_kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
     def install_crds(self) -> KubeTestbed:
-        """Apply the chart's CRDs and wait until the Model CRD is established."""
-        self.kubectl("apply", "-f", str(REPO_ROOT / "charts" / "flexinfer" / "crds"))
-        self.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/models.ai.flexinfer")
+        """Apply the chart's CRDs and wait until every CRD is established."""
+        self.kubectl("apply", "-f", str(CRD_DIR))
+        self.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
         return self
 
     def kubectl_json(self, *args: str, timeout: float = 60.0) -> Any:

@@ -31,24 +31,18 @@ from flexinfer.assembly.manager import run_manager
 from flexinfer.manager.client import ModelDemandResource, ModelResource
 from flexinfer.manager.config import ManagerConfig
 from flexinfer.manager.program import Manager
-from support.kube_testbed import REPO_ROOT, KubeTestbed
+from support.kube_testbed import KubeTestbed
 from support.polling import poll_until
 
 T = TypeVar("T")
 Body = dict[str, Any]
-CRD_DIR = REPO_ROOT / "charts" / "flexinfer" / "crds"
 
 
 @pytest.fixture(scope="session")
 def kube_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTestbed]:
     """A real apiserver with the FlexInfer CRDs established (built when missing; never skipped)."""
-    testbed = KubeTestbed(tmp_path_factory.mktemp("kube") / "tb").start()
-    try:
-        testbed.kubectl("apply", "-f", str(CRD_DIR))
-        testbed.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
-        yield testbed
-    finally:
-        testbed.stop()
+    with KubeTestbed(tmp_path_factory.mktemp("kube") / "tb") as testbed:
+        yield testbed.install_crds()
 
 
 def rfc3339(moment: datetime | None = None) -> str:

@@ -11,6 +11,7 @@ Used by ``forwarding.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections import deque
 from collections.abc import Iterable
@@ -158,20 +159,27 @@ class UpstreamPool:
         ``CONNECT_ATTEMPTS`` seconds instead of the kernel's first retransmission a second later."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._connect_timeout
-        attempts = CONNECT_ATTEMPTS if self._tls is None else ()
-        for attempt in (*attempts, None):
-            left = deadline - loop.time()
-            try:
-                async with asyncio.timeout(left if attempt is None else min(attempt, left)):
-                    _, conn = await loop.create_connection(lambda: Connection(key, self._lost), key[0], key[1],
-                                                           ssl=self._tls)
-                return conn
-            except TimeoutError as exc:
-                if attempt is None or loop.time() >= deadline:
-                    raise UpstreamConnectionError(f"TimeoutError: {exc}") from None
-            except OSError as exc:
-                raise UpstreamConnectionError(f"{type(exc).__name__}: {exc}") from None
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        for attempt in CONNECT_ATTEMPTS if self._tls is None else ():
+            if deadline - loop.time() <= attempt:
+                break
+            with contextlib.suppress(TimeoutError):
+                return await self._attempt(key, attempt)
+        try:
+            return await self._attempt(key, deadline - loop.time())
+        except TimeoutError as exc:
+            raise UpstreamConnectionError(f"TimeoutError: {exc}") from None
+
+    async def _attempt(self, key: tuple[str, int], seconds: float) -> Connection:
+        """One connect attempt; ``TimeoutError`` after ``seconds``, any other failure ``UpstreamConnectionError``."""
+        try:
+            async with asyncio.timeout(seconds):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    lambda: Connection(key, self._lost), key[0], key[1], ssl=self._tls)
+        except TimeoutError:
+            raise
+        except OSError as exc:
+            raise UpstreamConnectionError(f"{type(exc).__name__}: {exc}") from None
+        return conn
 
     def put_back(self, conn: Connection) -> None:
         """A connection is free again: to the oldest waiting request, else to the idle list."""

@@ -20,23 +20,13 @@ def stops(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def engine() -> RecordingEngine:
-    return RecordingEngine()
-
-
-@pytest.fixture
 def lines(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.INFO, logger="flexinfer.lifecycle")
     return caplog
 
 
-async def test_each_stop_names_its_cause(engine: RecordingEngine, clock: FakeClock,
-                                         lines: pytest.LogCaptureFixture) -> None:
+async def test_each_stop_names_its_cause(lines: pytest.LogCaptureFixture) -> None:
+    engine, clock = RecordingEngine(), FakeClock()
     models = [make_model("a", group="g", priority=100), make_model("b", group="g", priority=200),
               make_model("idle", idleTimeout="10s"), make_model("c")]
     async with Dispatcher(engine, models, policy=POLICY, clock=clock, auto_tick=False,
@@ -59,8 +49,8 @@ async def test_each_stop_names_its_cause(engine: RecordingEngine, clock: FakeClo
                             ("default/a", "shutdown")]
 
 
-async def test_a_failed_start_logs_the_error_and_the_backoff(engine: RecordingEngine, clock: FakeClock,
-                                                             lines: pytest.LogCaptureFixture) -> None:
+async def test_a_failed_start_logs_the_error_and_the_backoff(lines: pytest.LogCaptureFixture) -> None:
+    engine, clock = RecordingEngine(), FakeClock()
     engine.fail_next("default/a", "weights missing\nsecond line")
     async with Dispatcher(engine, [make_model("a")], policy=POLICY, clock=clock, auto_tick=False,
                           observer=LifecycleLog(clock)) as d:

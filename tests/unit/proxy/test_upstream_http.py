@@ -359,7 +359,7 @@ async def test_a_dropped_syn_is_sent_again_before_the_kernels_one_second_retrans
         request = asyncio.create_task(pool.request("POST", "127.0.0.1", port, "/", headers=[], body=b"{}"))
         await eventually(lambda: _syn_sent_to(port))  # the first SYN was dropped: the queue is full
         (await loop.sock_accept(listener))[0].close()  # the filler leaves the queue
-        server, _ = await loop.sock_accept(listener)
+        server, _ = await asyncio.wait_for(loop.sock_accept(listener), 2)  # the old client had given up at 0.9 s
         with server:
             await loop.sock_recv(server, 65536)
             await loop.sock_sendall(server, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
