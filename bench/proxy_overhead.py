@@ -2,13 +2,16 @@
 through nginx, with ``wrk``; prints added latency, throughput ratio and the proxy's CPU per request.
 
     python bench/proxy_overhead.py [--duration 3] [--rounds 2] [--baseline-src OTHER/src] [--litellm BIN]
+                                   [--in-cluster]
 
 ``serve`` runs two ``spec.config.command`` models whose command is this script's minimal aiohttp upstream
 (``--role upstream``): ``bench`` (no body rewrite) and ``bench-rw`` (``servedModelName`` differs, so the body's
 ``model`` is rewritten). Once ``bench`` is Ready its model server is the one upstream every target uses
 (``direct``, ``nginx`` when installed — a keep-alive reverse proxy, one worker — and ``serve``);
 ``--baseline-src`` adds a second ``serve`` running another source tree (A/B in one run), ``--litellm`` LiteLLM's
-proxy. Scenarios: JSON at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
+proxy, ``--in-cluster`` the in-cluster ``flexinfer proxy`` against a real kube-apiserver with the same two
+Models Ready at that upstream (target ``proxy``, set up by ``bench/incluster_target.py``). Scenarios: JSON
+at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
 ``bench-rw`` for the proxies), and JSON at c=1 and c=64 again while 2,000 idle keep-alive client connections
 (each has made one request) stay open to the target. Runs are interleaved (every target once per round, then
 the next round) and the median round is reported; CPU is the server processes' user+system time read from
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -339,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _orchestrate(args: argparse.Namespace) -> int:
     targets: list[Target] = []
-    with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp, contextlib.ExitStack() as stack:
         directory = Path(tmp)
         manifests = _manifests(directory)
         try:
@@ -353,6 +357,10 @@ def _orchestrate(args: argparse.Namespace) -> int:
                 targets.append(_start_serve("baseline", Path(args.baseline_src).resolve(), manifests,
                                             directory / "state-baseline"))
             targets.append(serve)
+            if args.in_cluster:  # stopped by the targets' `finally`, then its apiserver by the exit stack
+                from incluster_target import in_cluster_proxy
+
+                targets.append(Target("proxy", *stack.enter_context(in_cluster_proxy(upstream, directory, SRC))))
             if args.litellm:
                 targets.append(_start_litellm(args.litellm, upstream, directory))
             print(f"targets: {', '.join(t.name for t in targets)}; load average before: "
@@ -475,6 +483,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="run the scenarios whose name contains this text (repeatable), e.g. 'sse' or 'c=64'")
     parser.add_argument("--no-nginx", action="store_true", help="skip nginx even when installed")
     parser.add_argument("--litellm", default="", help="path to a `litellm` executable (separate venv)")
+    parser.add_argument("--in-cluster", action="store_true",
+                        help="add `flexinfer proxy` against a real kube-apiserver (built on first use)")
     parser.add_argument("--queued", type=int, default=0,
                         help="instead: N requests (one connection each) queued for a cold model; memory and drain time "
                              "(of the --baseline-src tree when given)")
