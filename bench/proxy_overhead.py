@@ -343,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _orchestrate(args: argparse.Namespace) -> int:
     targets: list[Target] = []
+    if args.no_access_log:  # inherited by every FlexInfer target (nginx's bench config logs no access either)
+        os.environ["FLEXINFER_ACCESS_LOG"] = "false"
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp, contextlib.ExitStack() as stack:
         directory = Path(tmp)
         manifests = _manifests(directory)
@@ -363,7 +365,8 @@ def _orchestrate(args: argparse.Namespace) -> int:
                 targets.append(Target("proxy", *stack.enter_context(in_cluster_proxy(upstream, directory, SRC))))
             if args.litellm:
                 targets.append(_start_litellm(args.litellm, upstream, directory))
-            print(f"targets: {', '.join(t.name for t in targets)}; load average before: "
+            print(f"targets: {', '.join(t.name for t in targets)}; FlexInfer access log "
+                  f"{'off' if args.no_access_log else 'on'}; load average before: "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
             scenarios = [s for s in SCENARIOS if not args.only or any(part in s.name for part in args.only)]
             results = _measure(targets, scenarios, directory, args.duration, args.rounds)
@@ -482,6 +485,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", default=[],
                         help="run the scenarios whose name contains this text (repeatable), e.g. 'sse' or 'c=64'")
     parser.add_argument("--no-nginx", action="store_true", help="skip nginx even when installed")
+    parser.add_argument("--no-access-log", action="store_true",
+                        help="run the FlexInfer targets without their access log (as the nginx target runs)")
     parser.add_argument("--litellm", default="", help="path to a `litellm` executable (separate venv)")
     parser.add_argument("--in-cluster", action="store_true",
                         help="add `flexinfer proxy` against a real kube-apiserver (built on first use)")

@@ -1,29 +1,30 @@
-"""The proxy's aiohttp application and server: routes, error middleware, start-up and graceful shutdown.
+"""The proxy: its aiohttp control application, the proxied handler, and the server that runs both.
 
-``create_app(config, activator, catalog, registry=…, metrics=…, tracer=…)`` builds the application;
-``ProxyServer`` runs it on a TCP port with handler cancellation on client disconnect and drains on
-shutdown; ``run(...)`` serves until a stop event is set. Called by ``flexinfer.assembly`` (run_local,
-run_proxy), the proxy tests and ``bench/proxy_overhead.py``.
+``create_app(config, activator, catalog, registry=…, metrics=…, tracer=…)`` builds the control application
+(``/healthz``, ``/readyz``, ``/metrics``, ``/v1/models``; the assemblies add the status page and the admin
+API) and the proxied handler it carries. ``ProxyServer`` serves the proxied routes itself on the front
+server (``front/``: an asyncio protocol with ``httptools``, handler cancellation on client disconnect) and
+relays every other request to the control application on a loopback port; it drains on shutdown.
+``run(...)`` serves until a stop event is set. Called by ``flexinfer.assembly`` (run_local, run_proxy), the
+proxy tests and ``bench/proxy_overhead.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from flexinfer.core.errors import ModelNotFoundError, RequestError, echo_safe
+from flexinfer.core.errors import ModelNotFoundError, RequestError
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
 from flexinfer.proxy.errors import InternalError, MethodNotAllowedError, RouteNotFoundError, error_response
 from flexinfer.proxy.forwarding import Forwarder
+from flexinfer.proxy.front.server import FrontServer
 from flexinfer.proxy.handler import ProxyHandler
 from flexinfer.proxy.hooks import NullMetrics, NullTracer, ProxyMetrics, ProxyTracer
 from flexinfer.proxy.models import model_entry_for, model_list
@@ -33,13 +34,9 @@ log = logging.getLogger(__name__)
 
 DRAIN = web.AppKey("flexinfer_proxy_drain", DrainState)
 METRICS = web.AppKey("flexinfer_proxy_metrics", ProxyMetrics)
+PROXIED = web.AppKey("flexinfer_proxy_handler", ProxyHandler)
+FORWARDER = web.AppKey("flexinfer_proxy_forwarder", Forwarder)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPENAI_ROUTES = (
-    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/rerank",
-    "/v1/moderations", "/v1/audio/speech", "/v1/audio/transcriptions", "/v1/audio/translations",
-    "/v1/images/generations",
-)
-"""The well-known OpenAI paths; any other ``/v1/...`` path is proxied too, under the route ``/v1/{tail}``."""
 
 
 @web.middleware
@@ -63,14 +60,15 @@ async def error_middleware(request: web.Request, handler: _Handler) -> web.Strea
 def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
                registry: CollectorRegistry | None = None, metrics: ProxyMetrics | None = None,
                tracer: ProxyTracer | None = None) -> web.Application:
-    """The proxy application. ``registry`` is rendered on ``/metrics`` (404 when ``None``)."""
+    """The control application and the proxied handler (``app[PROXIED]``). ``registry`` is rendered on
+    ``/metrics`` (404 when ``None``)."""
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
     drain, forwarder = DrainState(), Forwarder(config.upstream_connect_timeout,
                                                  config.upstream_max_connections)
-    app[DRAIN], app[METRICS] = drain, metrics or NullMetrics()
+    app[DRAIN], app[METRICS], app[FORWARDER] = drain, metrics or NullMetrics(), forwarder
     tracing = tracer or NullTracer()
-    proxied = ProxyHandler(config, activator=activator, catalog=catalog, forwarder=forwarder,
-                           metrics=app[METRICS], tracer=tracing, drain=drain)
+    proxied = app[PROXIED] = ProxyHandler(config, activator=activator, catalog=catalog, forwarder=forwarder,
+                                          metrics=app[METRICS], tracer=tracing, drain=drain)
 
     async def list_models(request: web.Request) -> web.Response:
         span, status = tracing.start_list_models(request.method, request.headers), 500
@@ -110,10 +108,6 @@ def create_app(config: ProxyConfig, activator: Activator, catalog: Catalog, *,
     app.router.add_get("/metrics", metrics_page)
     app.router.add_route("*", "/v1/models", list_models)
     app.router.add_route("*", "/v1/models/{id:.+}", retrieve_model)
-    for path in OPENAI_ROUTES:  # own resources, so spans name them (``http.route``) instead of ``/v1/{tail}``
-        app.router.add_route("*", path, post_only(proxied.handle))
-    app.router.add_route("*", "/v1/{tail:.*}", proxied.handle)
-    app.router.add_route("*", "/model/{name}/{tail:.*}", proxied.handle)
     app.on_startup.append(lambda _: forwarder.start())
     app.on_cleanup.append(lambda _: forwarder.close())
     return app
@@ -125,42 +119,18 @@ def allow_only(request: web.Request, method: str) -> None:
         raise MethodNotAllowedError(request.method, request.path, [method])
 
 
-def post_only(handler: _Handler) -> _Handler:
-    """The OpenAI operation routes take ``POST`` only; another method is a 405, not a routing error."""
-
-    async def guarded(request: web.Request) -> web.StreamResponse:
-        allow_only(request, "POST")
-        return await handler(request)
-
-    return guarded
-
-
 async def _healthz(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-class ProtocolLog(logging.LoggerAdapter[logging.Logger]):
-    """aiohttp's server logger for the proxy: a request the HTTP parser rejects (bare CR/LF/NUL in a header,
-    ``Content-Length`` with ``Transfer-Encoding: chunked``, an over-long line…) is the client's fault, so it is
-    one WARNING line; aiohttp answers it 400. Other errors keep their traceback."""
-
-    def exception(self, msg: object, *args: object, exc_info: object = True, **kwargs: Any) -> None:
-        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        if isinstance(exc, HttpProcessingError):
-            peer = args[0] if args else "unknown peer"
-            self.warning("rejected a malformed request from %s: %s", peer, echo_safe(" ".join(str(exc).split()), 300))
-            return
-        super().exception(msg, *args, exc_info=exc_info, **kwargs)  # type: ignore[arg-type]
-
-
 class ProxyServer:
-    """Serves one proxy application on a TCP port and shuts it down gracefully."""
+    """Serves one proxy on a TCP port (the front server, with the control application behind it on a
+    loopback port) and shuts it down gracefully."""
 
     def __init__(self, app: web.Application, config: ProxyConfig) -> None:
         self._app, self._config = app, config
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0,
-                                     logger=ProtocolLog(logging.getLogger("flexinfer.proxy.http")))
-        self._site: web.TCPSite | None = None
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        self._front: FrontServer | None = None
         self.port = 0
         self.closed = False
 
@@ -172,16 +142,18 @@ class ProxyServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on ``host:port`` (0 = a free port); return the bound port."""
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, host, port, backlog=1024)
         try:
-            await self._site.start()
+            await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+            control = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+            self._front = FrontServer(self._app[PROXIED].handle, self._app[FORWARDER], control,
+                                      self._config.max_body_bytes)
+            self.port = await self._front.start(host, port)
         except BaseException:
-            await self._runner.cleanup()  # closes the upstream client session the start-up hooks opened
-            self._site = None
+            if self._front is not None:
+                await self._front.close_all()
+                self._front = None
+            await self._runner.cleanup()  # closes the upstream client the start-up hooks opened
             raise
-        server = self._site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
         return self.port
 
     async def shutdown(self) -> str:
@@ -194,10 +166,15 @@ class ProxyServer:
         drain.draining = True
         metrics.shutdown("started", 0.0)
         await asyncio.sleep(self._config.shutdown_drain_delay)
-        if self._site is not None:
-            await self._site.stop()
+        front = self._front
+        if front is not None:
+            front.stop_accepting()
         drain.accepting = False
+        if front is not None:
+            front.closing()
         idle = await drain.wait_idle(self._config.graceful_shutdown_timeout)
+        if front is not None:
+            await front.close_all()
         await self._runner.cleanup()
         self.closed = True
         result = "completed" if idle else "timeout"

@@ -2,10 +2,9 @@
 
 ``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` on 429/503 and ``Allow`` on 405.
 Every text field is made safe to echo (``core.errors.echo_safe``): bounded, so a 1 MB model name is not sent
-back whole, and valid UTF-8 (lone surrogates become backslash-escaped text). Used by the proxy's error
-middleware (``app.py``) and by the streaming paths (``streaming.py``, ``forwarding.py``) once a response has
-already started. Also defines the edge-only errors (unknown route, wrong method) the core hierarchy does not
-need.
+back whole, and valid UTF-8 (lone surrogates become backslash-escaped text). Used by the control application's
+error middleware (``app.py``), the front server and the streaming paths (``streaming.py``, ``forwarding.py``).
+Also defines the edge-only errors (unknown route, wrong method) the core hierarchy does not need.
 """
 
 from __future__ import annotations
@@ -77,9 +76,16 @@ def error_headers(error: RequestError) -> dict[str, str]:
     return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
 
 
+def error_payload(error: RequestError) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The status, headers and JSON body of a complete error answer."""
+    headers = [("Content-Type", "application/json; charset=utf-8"), *error_headers(error).items()]
+    return error.status, headers, json.dumps(envelope(error)).encode()
+
+
 def error_response(error: RequestError) -> web.Response:
-    """A complete JSON error response."""
-    return web.json_response(envelope(error), status=error.status, headers=error_headers(error))
+    """A complete JSON error response (the control application's)."""
+    status, headers, body = error_payload(error)
+    return web.Response(status=status, headers=headers, body=body)
 
 
 def sse_error_event(error: RequestError) -> bytes:

@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 from yarl import URL
 
 from flexinfer.core.errors import UpstreamError
@@ -53,10 +53,10 @@ def request_target(path_and_query: str) -> str:
     return URL(path_and_query).raw_path_qs
 
 
-def _mirrored_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    """The answer's end-to-end headers, looked up case-insensitively (servers such as uvicorn send
-    lower-case names; ``Reply`` reads ``Content-Type`` to know an event stream)."""
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _NOT_MIRRORED)
+def _mirrored_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The answer's end-to-end headers (names compared case-insensitively: servers such as uvicorn send
+    lower-case names)."""
+    return [(k, v) for k, v in headers if k.lower() not in _NOT_MIRRORED]
 
 
 class Forwarder:
@@ -76,9 +76,10 @@ class Forwarder:
         self._pools = {}
 
     async def relay(self, reply: Reply, *, method: str, base_url: str, path: str, headers: CIMultiDict[str],
-                    body: bytes, trace: RequestTrace) -> None:
+                    body: bytes, trace: RequestTrace, verbatim: bool = False) -> None:
         """Send the request to ``base_url`` + ``path`` and stream the answer into ``reply``; raises
-        ``UpstreamError`` on failure."""
+        ``UpstreamError`` on failure. An error status becomes an OpenAI error unless ``verbatim`` (the
+        control application's answers are relayed as they are)."""
         origin = self._origin(base_url)
         span = trace.upstream(method, base_url.rstrip("/") + path, headers)
         try:
@@ -87,7 +88,7 @@ class Forwarder:
             span.end(error=str(error))
             raise
         span.set_attribute("http.response.status_code", upstream.status)
-        if upstream.status >= 400:
+        if upstream.status >= 400 and not verbatim:
             relayed = await _relayed_error(upstream)
             span.end(upstream.status, relayed.code)
             raise relayed
@@ -131,11 +132,11 @@ class Forwarder:
         if reply.started and upstream.status != 200:
             raise UpstreamError(f"model server answered {upstream.status} on a stream already started")
         if upstream.complete and not reply.started and not upstream.head_only:  # a short answer, all here
-            await reply.start_whole(upstream.status, upstream.reason, _mirrored_headers(upstream.headers),
+            await reply.start_whole(upstream.status, upstream.reason, _mirrored_headers(upstream.raw_headers),
                                     upstream.drain())
             return
         response = await reply.start_mirror(
-            upstream.status, upstream.reason, _mirrored_headers(upstream.headers), upstream.content_length,
+            upstream.status, upstream.reason, _mirrored_headers(upstream.raw_headers), upstream.content_length,
         )
         while True:
             try:

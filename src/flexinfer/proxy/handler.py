@@ -7,7 +7,7 @@ the activator, the grant and the metrics all use it → rate limit (429) → per
 concurrency → ``Activator.acquire`` (queue/cold start/swap; loading comments on streams) → body rewrite to
 the served model name → forward and relay → ``Grant.release`` exactly once. Every failure becomes an
 OpenAI error via ``Reply.fail``. Metrics and the request span are closed in one ``finally``. Built by
-``app.create_app``.
+``app.create_app``; the front server (``front.server``) calls ``handle`` for every proxied route.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-
-from aiohttp import web
 
 from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import ModelNotFoundError, PayloadTooLargeError, RequestError, ShuttingDownError
@@ -26,9 +24,10 @@ from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
 from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, ModelParkedError, metric_status
 from flexinfer.proxy.forwarding import Forwarder, upstream_headers
+from flexinfer.proxy.front.message import FrontRequest, ResponseWriter
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
 from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
-from flexinfer.proxy.request_ids import REQUEST_ID_HEADER, RequestId, request_id
+from flexinfer.proxy.request_ids import REQUEST_ID_HEADER, request_id
 from flexinfer.proxy.routing import (
     MODEL_HEADER,
     WORKLOAD_CLASS_HEADER,
@@ -44,17 +43,9 @@ from flexinfer.runtime.ports import Activator, Catalog, ModelView
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("flexinfer.access")
 """One INFO line per proxied request; switched by ``FLEXINFER_ACCESS_LOG``/``--[no-]access-log``."""
-REQUEST_ID_KEY = web.RequestKey("flexinfer_request_id", RequestId)
 ROUTE_IN_THREAD_BYTES = 1 << 20
 """Bodies at least this large are parsed for the model name off the event loop (a 25 MB audio form or a
 long JSON prompt would otherwise stall every other request for tens of milliseconds)."""
-
-
-def route_template(request: web.Request) -> str:
-    """The matched route's template (``/v1/chat/completions``, ``/v1/{tail}``, ``/model/{name}/{tail}``): a
-    bounded ``http.route`` value whatever path the client sent."""
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
 
 
 class _Outcome:
@@ -73,7 +64,7 @@ class _Outcome:
 
 
 class ProxyHandler:
-    """The aiohttp handler for ``/v1/*`` and ``/model/<name>/*``."""
+    """The handler for ``/v1/*`` and ``/model/<name>/*``."""
 
     def __init__(self, config: ProxyConfig, *, activator: Activator, catalog: Catalog, forwarder: Forwarder,
                  metrics: ProxyMetrics, tracer: ProxyTracer, drain: DrainState) -> None:
@@ -91,19 +82,20 @@ class ProxyHandler:
             dropped.add("authorization")
         self._dropped_headers = frozenset(dropped)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        """Answer one proxied request (the route handler)."""
+    async def handle(self, request: FrontRequest, writer: ResponseWriter, route: str) -> None:
+        """Answer one proxied request; ``route`` is its template (``/v1/chat/completions``, ``/v1/{tail}``,
+        ``/model/{name}/{tail}``), a bounded ``http.route`` value whatever path the client sent."""
         started = time.perf_counter()
-        trace = self._tracer.start_request(request.method, route_template(request), request.headers)
-        rid = request[REQUEST_ID_KEY] = request_id(request.headers)
-        reply, outcome = Reply(request, {REQUEST_ID_HEADER: rid.value}), _Outcome()
+        trace = self._tracer.start_request(request.method, route, request.headers)
+        rid = request_id(request.headers)
+        reply, outcome = Reply(writer, {REQUEST_ID_HEADER: rid.value}), _Outcome()
         trace.set_attribute("url.path", request.path)
         trace.set_attribute("request.id", rid.value)
         if rid.client_value is not None:
             trace.set_attribute("request.client_id", rid.client_value)
         self._drain.enter()
         try:
-            return await self._answer(request, reply, trace, outcome)
+            await self._answer(request, reply, trace, outcome, rid.value)
         finally:
             self._drain.leave()
             elapsed = time.perf_counter() - started
@@ -112,40 +104,39 @@ class ProxyHandler:
                 _log_access(request, reply, outcome, rid.value, elapsed)
             trace.end(outcome.http_status, outcome.error)
 
-    async def _answer(self, request: web.Request, reply: Reply, trace: RequestTrace,
-                      outcome: _Outcome) -> web.StreamResponse:
+    async def _answer(self, request: FrontRequest, reply: Reply, trace: RequestTrace, outcome: _Outcome,
+                      rid: str) -> None:
         try:
-            await self._serve(request, reply, trace, outcome)
-            assert reply.response is not None
-            outcome.http_status = reply.response.status
-            outcome.status = "success" if reply.response.status < 400 else "error"
-            return reply.response
+            await self._serve(request, reply, trace, outcome, rid)
+            outcome.http_status = reply.status
+            outcome.status = "success" if reply.status < 400 else "error"
         except RequestError as error:
             outcome.status, outcome.error, outcome.http_status = metric_status(error), error.code, error.status
-            return await reply.fail(error)
+            await reply.fail(error)
         except asyncio.CancelledError:
             if not self._drain.aborted:
                 outcome.status, outcome.error = "cancelled", "client disconnected"
                 raise
-            return await self._aborted(reply, outcome)
+            await self._aborted(reply, outcome)
         except ConnectionError:
             outcome.status, outcome.error = "cancelled", "client disconnected"
-            return reply.response or web.Response(status=499)
+            reply.writer.abort()
         except Exception:
             log.exception("unexpected error while proxying %s %s", request.method, request.path)
             outcome.error = "internal"
-            return await reply.fail(InternalError())
+            await reply.fail(InternalError())
 
-    async def _aborted(self, reply: Reply, outcome: _Outcome) -> web.StreamResponse:
+    async def _aborted(self, reply: Reply, outcome: _Outcome) -> None:
         """The proxy ended this request to shut down now: tell the client (503 or an SSE error event)."""
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
         error = ShuttingDownError("The proxy is shutting down; this request was stopped before it finished")
         outcome.status, outcome.error, outcome.http_status = metric_status(error), error.code, error.status
-        return await reply.fail(error)
+        await reply.fail(error)
 
-    async def _serve(self, request: web.Request, reply: Reply, trace: RequestTrace, outcome: _Outcome) -> None:
+    async def _serve(self, request: FrontRequest, reply: Reply, trace: RequestTrace, outcome: _Outcome,
+                     rid: str) -> None:
         if not self._drain.accepting:
             raise ShuttingDownError("The proxy is shutting down, retry on another instance")
         self.auth.check(request.headers.get("Authorization"))
@@ -168,29 +159,26 @@ class ProxyHandler:
             outcome.waited, forwarded = grant.waited_seconds, time.perf_counter()
             try:
                 await self._forward(request, reply, trace, routed=routed, view=view, body=body,
-                                    base_url=grant.endpoint.base_url)
+                                    base_url=grant.endpoint.base_url, rid=rid)
             finally:
                 outcome.upstream = time.perf_counter() - forwarded
                 grant.release()
                 self._metrics.connection_closed(key)
 
-    async def _forward(self, request: web.Request, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,
-                       view: ModelView, body: bytes, base_url: str) -> None:
+    async def _forward(self, request: FrontRequest, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,
+                       view: ModelView, body: bytes, base_url: str, rid: str) -> None:
         headers = upstream_headers(request.headers, self._dropped_headers)
-        headers[REQUEST_ID_HEADER] = request[REQUEST_ID_KEY].value
+        headers[REQUEST_ID_HEADER] = rid
         new_body = rewrite_body(body, routed.payload, view.served_model_name)
         await self._forwarder.relay(reply, method=request.method, base_url=base_url, path=routed.upstream_path,
                                     headers=headers, body=new_body, trace=trace)
         await reply.finish()
 
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self._config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise PayloadTooLargeError(f"Request body of {request.content_length} bytes exceeds the limit of {limit}")
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes") from None
+    async def _read_body(self, request: FrontRequest) -> bytes:
+        limit, length = self._config.max_body_bytes, request.content_length
+        if length is not None and length > limit:
+            raise PayloadTooLargeError(f"Request body of {length} bytes exceeds the limit of {limit}")
+        return await request.read()
 
     def _path_key(self, path: str) -> str | None:
         """The ``namespace/name`` of a ``/model/<namespace>/<name>/…`` path when it is a model's key."""
@@ -219,18 +207,22 @@ class ProxyHandler:
             raise
 
 
-def _log_access(request: web.Request, reply: Reply, outcome: _Outcome, rid: str, elapsed: float) -> None:
+_ACCESS_FORMAT = ("%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s "
+                  "request_id=%s")
+
+
+def _log_access(request: FrontRequest, reply: Reply, outcome: _Outcome, rid: str, elapsed: float) -> None:
     """The access-log line: one formatted record, its fields also passed as ``extra`` for JSON lines."""
-    response = reply.response
-    status = outcome.http_status or (response.status if response is not None else 499)
-    sent = response.body_length if response is not None else 0
-    if not sent and isinstance(response, web.Response) and isinstance(response.body, bytes):
-        sent = len(response.body)  # an error answer: aiohttp writes it after the handler returns
+    status = outcome.http_status or reply.status or 499
+    sent = reply.writer.bytes_sent
     fields = {"model": outcome.model or "-", "status": status, "method": request.method, "path": request.path,
               "queue_wait_s": round(outcome.waited, 4),
               "upstream_s": None if outcome.upstream is None else round(outcome.upstream, 4),
               "duration_s": round(elapsed, 4), "bytes": sent, "stream": outcome.stream, "request_id": rid}
-    access_log.info("%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s "
-                    "request_id=%s", request.method, request.path, fields["model"], status, outcome.waited,
-                    "-" if outcome.upstream is None else f"{outcome.upstream:.3f}s", elapsed, sent,
-                    "true" if outcome.stream else "false", rid, extra=fields)
+    args = (request.method, request.path, fields["model"], status, outcome.waited,
+            "-" if outcome.upstream is None else f"{outcome.upstream:.3f}s", elapsed, sent,
+            "true" if outcome.stream else "false", rid)
+    # ``handle`` a record made here rather than ``info()``: the same record without the caller lookup (the
+    # access line's source position is always this function).
+    access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, _ACCESS_FORMAT, args, None,
+                                            extra=fields))

@@ -3,19 +3,19 @@ stream (to send loading comments while a model activates), or mirroring the upst
 
 ``Reply.fail`` is the one place that decides how an error reaches a client whose response may already be
 under way: a JSON envelope if nothing was sent, an SSE error event on an event stream, otherwise a cut
-connection (the client sees a truncated body). Used by ``handler.py``, ``admission.py`` and
-``forwarding.py``.
+connection (the client sees a truncated body). Writes go through the front server's
+``front.message.ResponseWriter``. Used by ``handler.py``, ``admission.py``, ``forwarding.py`` and the front
+server's relay to the control application.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-
-from aiohttp import web
+from collections.abc import Iterable, Mapping, Sequence
 
 from flexinfer.core.errors import RequestError
-from flexinfer.proxy.errors import error_response, sse_error_event
+from flexinfer.proxy.errors import error_payload, sse_error_event
+from flexinfer.proxy.front.message import ResponseWriter
 
 log = logging.getLogger(__name__)
 
@@ -32,75 +32,68 @@ def loading_comment(model: str, elapsed: float) -> bytes:
 
 
 class Reply:
-    """Owns the client response of one request; at most one of ``start_sse``/``start_mirror`` is used."""
+    """Owns the client response of one request; it is started at most once (``start_sse``, ``start_mirror``
+    or ``start_whole``)."""
 
-    __slots__ = ("_extra_headers", "_request", "response", "sse")
+    __slots__ = ("_extra", "sse", "writer")
 
-    def __init__(self, request: web.Request, extra_headers: Mapping[str, str]) -> None:
-        self._request = request
-        self._extra_headers = extra_headers
-        self.response: web.StreamResponse | None = None
+    def __init__(self, writer: ResponseWriter, extra_headers: Mapping[str, str]) -> None:
+        self.writer = writer
+        self._extra = tuple(extra_headers.items())
         self.sse = False
 
     @property
     def started(self) -> bool:
-        return self.response is not None
+        return self.writer.started
 
-    async def start_sse(self) -> web.StreamResponse:
+    @property
+    def status(self) -> int:
+        """The status sent (0 before the reply started)."""
+        return self.writer.status
+
+    def _headers(self, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [*headers, *self._extra]
+
+    async def start_sse(self) -> ResponseWriter:
         """Send ``200 text/event-stream`` headers now (before the upstream is known)."""
-        response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._extra_headers})
-        await response.prepare(self._request)
-        self.response, self.sse = response, True
-        return response
+        await self.writer.start(200, None, self._headers(SSE_HEADERS.items()))
+        self.sse = True
+        return self.writer
 
-    async def start_mirror(self, status: int, reason: str | None, headers: Mapping[str, str],
-                           length: int | None) -> web.StreamResponse:
+    async def start_mirror(self, status: int, reason: str | None, headers: Sequence[tuple[str, str]],
+                           length: int | None) -> ResponseWriter:
         """Send the upstream's status and headers (or keep the early SSE response if already started)."""
-        if self.response is not None:
-            return self.response
-        response = web.StreamResponse(status=status, reason=reason, headers={**headers, **self._extra_headers})
-        if length is not None:
-            response.content_length = length
-        await response.prepare(self._request)
-        self.response = response
-        self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
-        return response
+        if self.writer.started:
+            return self.writer
+        await self.writer.start(status, reason, self._headers(headers), length)
+        self.sse = _event_stream(headers)
+        return self.writer
 
-    async def start_whole(self, status: int, reason: str | None, headers: Mapping[str, str],
-                          body: bytes) -> web.StreamResponse:
-        """Answer with the upstream's status, headers and whole body, which have all arrived: ``finish`` then
-        writes the head and the body in one send instead of two."""
-        response = web.Response(status=status, reason=reason, headers={**headers, **self._extra_headers}, body=body)
-        await response.prepare(self._request)
-        self.response = response
-        self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
-        return response
+    async def start_whole(self, status: int, reason: str | None, headers: Sequence[tuple[str, str]],
+                          body: bytes) -> None:
+        """Answer with the upstream's status, headers and whole body, which have all arrived (one send)."""
+        self.sse = _event_stream(headers)
+        await self.writer.whole(status, reason, self._headers(headers), body)
 
-    async def finish(self) -> web.StreamResponse:
+    async def finish(self) -> None:
         """End the body normally."""
-        assert self.response is not None
-        await self.response.write_eof()
-        return self.response
+        await self.writer.write_eof()
 
-    async def fail(self, error: RequestError) -> web.StreamResponse:
+    async def fail(self, error: RequestError) -> None:
         """Deliver ``error`` as well as the response state allows (see the module docstring)."""
-        if self.response is None:
-            response = error_response(error)
-            response.headers.update(self._extra_headers)
-            return response
-        if self.sse:
-            await self._write_quietly(sse_error_event(error))
+        if not self.writer.started:
+            status, headers, body = error_payload(error)
+            await self.writer.whole(status, None, self._headers(headers), body)
+        elif self.sse and not self.writer.done:
+            try:
+                await self.writer.write(sse_error_event(error))
+                await self.writer.write_eof()
+            except ConnectionError:
+                log.debug("client went away before the error event could be sent")
         else:
-            self.response.force_close()
-            transport = self._request.transport
-            if transport is not None:
-                transport.close()
-        return self.response
+            self.writer.abort()
 
-    async def _write_quietly(self, data: bytes) -> None:
-        assert self.response is not None
-        try:
-            await self.response.write(data)
-            await self.response.write_eof()
-        except ConnectionError:
-            log.debug("client went away before the error event could be sent")
+
+def _event_stream(headers: Sequence[tuple[str, str]]) -> bool:
+    """The answer is an SSE stream (its ``Content-Type``, whatever the name's case)."""
+    return any(name.lower() == "content-type" and value.startswith("text/event-stream") for name, value in headers)

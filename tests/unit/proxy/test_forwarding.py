@@ -8,12 +8,10 @@ import asyncio
 import json
 from typing import Any
 
-from aiohttp.base_protocol import BaseProtocol
-from aiohttp.http_writer import StreamWriter
-from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
 from flexinfer.proxy.forwarding import Forwarder
+from flexinfer.proxy.front.message import Link, ResponseWriter
 from flexinfer.proxy.hooks import NullTracer
 from flexinfer.proxy.streaming import Reply
 from support.fake_openai import FakeOpenAI
@@ -38,13 +36,10 @@ class SentToClient(asyncio.Transport):
 
 
 async def relay(fake: FakeOpenAI, stream: bool, transport: SentToClient) -> list[bytes]:
-    protocol = BaseProtocol(asyncio.get_running_loop())
-    protocol.connection_made(transport)
-    request = make_mocked_request("POST", "/v1/chat/completions",
-                                  writer=StreamWriter(protocol, asyncio.get_running_loop()))
+    writer = ResponseWriter(Link(transport), http10=False, keep_alive=True, head_only=False)
     forwarder = Forwarder(5.0)
     await forwarder.start()
-    reply = Reply(request, {"X-Request-ID": "r1"})
+    reply = Reply(writer, {"X-Request-ID": "r1"})
     body = json.dumps({"model": "alpha", "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
     await forwarder.relay(reply, method="POST", base_url=fake.base_url, path="/v1/chat/completions",
                           headers=CIMultiDict({"Content-Type": "application/json"}), body=body.encode(),
