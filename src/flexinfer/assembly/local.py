@@ -338,9 +338,9 @@ def run_local(paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    environ = env if env is not None else environment()
     try:
-        event_loop.run(_serve_until_signalled(paths, host, port, env if env is not None else environment(),
-                                              watch_interval))
+        event_loop.run(_serve_until_signalled(paths, host, port, environ, watch_interval), environ)
     except asyncio.CancelledError:
         return 130
     return 0

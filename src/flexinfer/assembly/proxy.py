@@ -124,5 +124,6 @@ def run_proxy(host: str = "0.0.0.0", port: int = 8080, kubeconfig: str | None = 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    event_loop.run(_proxy_until_signalled(host, port, kubeconfig, env if env is not None else environment()))
+    environ = env if env is not None else environment()
+    event_loop.run(_proxy_until_signalled(host, port, kubeconfig, environ), environ)
     return 0

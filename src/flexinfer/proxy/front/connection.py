@@ -2,6 +2,10 @@
 answered by its own task, one at a time in arrival order (pipelined requests wait their turn, with reading
 paused).
 
+Bytes are read into the server's one read buffer (``asyncio.BufferedProtocol``) and parsed at once, so a large
+body arrives as pieces below the allocator's mmap threshold: the pieces come from reused heap memory instead of
+fresh pages (a 1 MB prompt read 256 KB at a time cost over a thousand page faults).
+
 The task starts when a request's head has arrived (the body follows through ``FrontRequest.read``). A client
 that goes away cancels its request's task; the server's idle sweep closes a connection that sat without a
 request (or with a half-sent head) past the keep-alive timeout. Malformed HTTP (llhttp's strict parsing: bare
@@ -38,13 +42,15 @@ class Exchanges(Protocol):
     """What a connection needs from its server."""
 
     max_body: int
+    read_buffer: memoryview
+    """Shared by all connections: each read is parsed before the next one starts."""
 
     def serve(self, request: FrontRequest, writer: ResponseWriter) -> Awaitable[None]: ...
 
     def closed(self, connection: FrontConnection) -> None: ...
 
 
-class FrontConnection(asyncio.Protocol):
+class FrontConnection(asyncio.BufferedProtocol):
     """Parses one client's requests and runs them in order."""
 
     def __init__(self, server: Exchanges, on_open: Callable[[FrontConnection], None]) -> None:
@@ -74,10 +80,13 @@ class FrontConnection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         self._on_open(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._server.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
-            self._parser.feed_data(data)
+            self._parser.feed_data(self._server.read_buffer[:nbytes])
         except httptools.HttpParserUpgrade:
             pass  # no protocol switch is offered: the request is answered over HTTP/1.1, then the connection ends
         except httptools.HttpParserError as exc:

@@ -31,6 +31,8 @@ OPENAI_ROUTES = frozenset((
 ))
 """The well-known OpenAI paths; any other ``/v1/...`` path is proxied too, under the route ``/v1/{tail}``."""
 _MODEL_PREFIX = re.compile(r"/model/[^{}/]+/")
+READ_BUFFER = 65536
+"""Bytes read from a client at a time."""
 KEEPALIVE_TIMEOUT = 75.0
 """Seconds an idle client connection stays open (aiohttp's default, which the control port keeps)."""
 ProxiedHandler = Callable[[FrontRequest, ResponseWriter, str], Awaitable[None]]
@@ -53,6 +55,7 @@ class FrontServer:
     def __init__(self, handler: ProxiedHandler, forwarder: Forwarder, control_url: str, max_body: int) -> None:
         self._handler, self._forwarder, self._control_url = handler, forwarder, control_url
         self.max_body = max_body
+        self.read_buffer = memoryview(bytearray(READ_BUFFER))
         self._connections: set[FrontConnection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
