@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from flexinfer.core.errors import ConfigError
-from flexinfer.observability.log_setup import configure_logging
+from flexinfer.observability.log_setup import TEXT_FORMAT, configure_logging, formatter
 from flexinfer.observability.logging_config import LogSettings, log_settings
 
 
@@ -44,3 +44,12 @@ def test_json_lines_and_the_access_switch() -> None:
     assert len(lines) == 1
     assert lines[0]["message"] == "hello there" and lines[0]["model"] == "ns/m"
     assert lines[0]["level"] == "INFO" and lines[0]["logger"] == "flexinfer.test" and "trace_id" not in lines[0]
+
+
+def test_the_cached_time_of_day_formats_every_record_as_the_stock_formatter_does() -> None:
+    cached, stock = formatter("text"), logging.Formatter(TEXT_FORMAT)
+    for created in (1_700_000_000.001, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25, 1_700_003_600.0):
+        record = logging.LogRecord("flexinfer.access", logging.INFO, __file__, 1, "line %d", (7,), None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000)
+        assert cached.format(record) == stock.format(record)
+    assert formatter("json").formatTime(record) == stock.formatTime(record)
