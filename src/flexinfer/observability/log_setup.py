@@ -52,7 +52,7 @@ class _SecondCache(logging.Formatter):
             second = int(record.created)
             text = time.strftime(self.default_time_format, self.converter(record.created))
             self._cached = (second, text)
-        return self.default_msec_format % (text, record.msecs)
+        return f"{text},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
 
 
 class _TextFormatter(_SecondCache, logging.Formatter):
