@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 
@@ -107,10 +108,11 @@ class Admission:
         in the queue metrics."""
         return _Admitted(self, model, trace, reply, slots=slots, parallel=parallel)
 
-    async def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Grant:
+    def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Awaitable[Grant]:
+        """The activator's own coroutine for a plain request (no frame of this one stays while it waits)."""
         if reply is None:
-            return await self._activator.acquire(model, self._timeout, wait)
-        return await self._acquire_streaming(model, wait, reply)
+            return self._activator.acquire(model, self._timeout, wait)
+        return self._acquire_streaming(model, wait, reply)
 
     async def _acquire_streaming(self, model: ModelKey, wait: _Wait, reply: Reply) -> Grant:
         wait.signal = asyncio.get_running_loop().create_future()

@@ -34,7 +34,7 @@ def new_request_id() -> str:
     return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestId:
     """The id a request is handled under, and the client's own value when it could not be used."""
 

@@ -26,7 +26,7 @@ WORKLOAD_CLASS_HEADER = "X-FlexInfer-Internal-Workload-Class"
 PATH_PREFIX = "/model/"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RoutedRequest:
     """A request's model name, where it came from, and the upstream path (prefix stripped, query kept)."""
 

@@ -24,7 +24,7 @@ from flexinfer.runtime.ports import Endpoint, Grant
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class Waiter:
     """One pending ``acquire``: its future, the ``on_wait`` callback, the caller's context."""
 

@@ -9,6 +9,7 @@ import json
 import logging
 from urllib.parse import urlsplit
 
+from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.front import server as front_server
 
 BODY = b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}'
@@ -146,4 +147,21 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(make_pr
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert (await _answer(reader))[2] == b"ok"
     assert await asyncio.wait_for(reader.read(), 10) == b""
+    writer.close()
+
+
+async def test_a_defect_in_a_handler_is_a_500_envelope_and_one_logged_traceback(make_proxy, caplog,
+                                                                                 monkeypatch) -> None:
+    proxy = await make_proxy()
+
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr(Forwarder, "relay", broken)
+    reader, writer = await _open(proxy.url)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, body = await _answer(reader)
+    assert status == b"HTTP/1.1 500 Internal Server Error"
+    assert json.loads(body)["error"]["code"] == "server_error" and b"defect" not in body
+    assert len([r for r in caplog.records if r.exc_info and "unexpected error" in r.getMessage()]) == 1
     writer.close()

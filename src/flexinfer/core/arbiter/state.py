@@ -21,7 +21,7 @@ from flexinfer.core.phases import FAILED, IDLE, READY
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
 
 
-@dataclass
+@dataclass(slots=True)
 class Ticket:
     """One request waiting for, or holding, a grant."""
 

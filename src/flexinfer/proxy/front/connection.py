@@ -27,6 +27,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from flexinfer.core.errors import echo_safe
+from flexinfer.proxy.errors import InternalError, error_payload
 from flexinfer.proxy.front.message import FrontRequest, Link, ResponseWriter
 
 log = logging.getLogger("flexinfer.proxy.http")
@@ -52,6 +53,9 @@ class Exchanges(Protocol):
 
 class FrontConnection(asyncio.BufferedProtocol):
     """Parses one client's requests and runs them in order."""
+
+    __slots__ = ("_current", "_head_size", "_link", "_on_open", "_parser", "_queue", "_raw_headers", "_server",
+                 "_task", "_url", "last_active", "peer")
 
     def __init__(self, server: Exchanges, on_open: Callable[[FrontConnection], None]) -> None:
         self._server, self._on_open = server, on_open
@@ -133,6 +137,7 @@ class FrontConnection(asyncio.BufferedProtocol):
         headers = CIMultiDictProxy(CIMultiDict(
             (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for n, v in self._raw_headers))
         target = self._url.decode("utf-8", "surrogateescape")
+        self._url, self._raw_headers = b"", []  # not kept while the request waits
         path, query = _split_target(target)
         version = parser.get_http_version()
         keep_alive = parser.should_keep_alive() and not parser.should_upgrade()
@@ -166,6 +171,11 @@ class FrontConnection(asyncio.BufferedProtocol):
     async def _run(self, request: FrontRequest, writer: ResponseWriter) -> None:
         try:
             await self._server.serve(request, writer)
+        except Exception:  # the handlers answer their own errors: this is a defect, never a traceback to the client
+            log.exception("unexpected error on %s %s", request.method, echo_safe(request.path, 300))
+            if not writer.started and not self._link_lost():
+                status, headers, body = error_payload(InternalError())
+                await writer.whole(status, None, headers, body)
         finally:
             self._task = None
             self._after(request, writer)
@@ -192,6 +202,9 @@ class FrontConnection(asyncio.BufferedProtocol):
             if self._task is None and not self._queue:
                 self._link.transport.write(_BAD_REQUEST)
             self._link.transport.close()
+
+    def _link_lost(self) -> bool:
+        return self._link is None or self._link.lost
 
     def close(self) -> None:
         """Close the connection (idle sweep, shutdown)."""

@@ -200,9 +200,10 @@ class ResponseWriter:
         await self._link.drain()
 
     def _send(self, parts: tuple[bytes, ...]) -> None:
-        if self._link.lost:
+        transport = self._link.transport
+        if self._link.lost or transport.is_closing():
             raise ConnectionResetError("client went away")
-        self._link.transport.writelines(parts)
+        transport.writelines(parts)
 
     def abort(self) -> None:
         """Cut the connection (an answer that cannot be completed must not look complete)."""

@@ -70,17 +70,16 @@ class FrontServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     # ---- called by connections
-    async def serve(self, request: FrontRequest, writer: ResponseWriter) -> None:
-        """Answer one request."""
+    def serve(self, request: FrontRequest, writer: ResponseWriter) -> Awaitable[None]:
+        """Answer one request (the handler's own coroutine: no frame of this one stays while it waits)."""
         if self._closing:
             writer.keep_alive = False
         route = proxied_route(request.path)
         if route is None:
-            await self._relay_control(request, writer)
-        elif route in OPENAI_ROUTES and request.method != "POST":
-            await _answer_error(writer, MethodNotAllowedError(request.method, request.path, ["POST"]))
-        else:
-            await self._handler(request, writer, route)
+            return self._relay_control(request, writer)
+        if route in OPENAI_ROUTES and request.method != "POST":
+            return _answer_error(writer, MethodNotAllowedError(request.method, request.path, ["POST"]))
+        return self._handler(request, writer, route)
 
     def closed(self, connection: FrontConnection) -> None:
         self._connections.discard(connection)
