@@ -49,7 +49,9 @@ def _create_ready_models(kubeconfig: Path, upstream: str) -> None:
     client = Client(KubeConfig.from_file(str(kubeconfig)), namespace=NAMESPACE)
     try:
         for name, served in MODELS:
-            config = {"servedModelName": served} if served else {}
+            # ``parallel``: the benchmark's upstream takes any number of requests at once, as ``serve``'s
+            # ``spec.config.command`` models declare (llama.cpp's default of 1 would queue c=64 in the proxy)
+            config: dict[str, object] = {"parallel": 1024, **({"servedModelName": served} if served else {})}
             client.create(ModelResource.from_dict({
                 "apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model",
                 "metadata": {"name": name, "namespace": NAMESPACE},
