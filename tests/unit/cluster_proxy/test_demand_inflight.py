@@ -76,6 +76,24 @@ async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
         held.release()
 
 
+async def test_a_due_restamp_is_written_once_in_the_background_and_no_request_waits_for_it() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
+        before, writes = report(api), len(api.field_writes("inFlightAt"))
+        cluster.reporter._refresh = 0.0  # every request finds the stamp due
+        api.patch_gate = asyncio.Event()  # the API server is slow to answer
+        grants = await asyncio.wait_for(
+            asyncio.gather(*(cluster.activator.acquire(key("m"), 5) for _ in range(10))), 2)
+        assert api.held_patches == 1  # one re-stamp in flight, not one per request
+        api.patch_gate.set()
+        await eventually(lambda: len(api.field_writes("inFlightAt")) == writes + 1)
+        assert report(api) != before
+        for grant in grants:
+            grant.release()
+
+
 async def test_a_model_that_left_ready_is_cleared_when_its_last_request_ends() -> None:
     api = FakeModelApi()
     await ready_model(api)
