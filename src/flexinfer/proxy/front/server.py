@@ -132,4 +132,3 @@ class FrontServer:
 async def _answer_error(writer: ResponseWriter, error: RequestError) -> None:
     status, headers, body = error_payload(error)
     await writer.whole(status, None, headers, body)
-
