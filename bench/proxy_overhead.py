@@ -10,8 +10,9 @@ through nginx, with ``wrk``; prints added latency, throughput ratio and the prox
 (``direct``, ``nginx`` when installed — a keep-alive reverse proxy, one worker — and ``serve``);
 ``--baseline-src`` adds a second ``serve`` running another source tree (A/B in one run), ``--litellm`` LiteLLM's
 proxy, ``--in-cluster`` the in-cluster ``flexinfer proxy`` against a real kube-apiserver with the same two
-Models Ready at that upstream (target ``proxy``, set up by ``bench/incluster_target.py``). Scenarios: JSON
-at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
+Models Ready at that upstream (target ``proxy``, set up by ``bench/incluster_target.py``), ``--floor`` the
+minimal relay of ``bench/minimal_relay.py`` (FlexInfer's parsing and upstream pool without its features).
+Scenarios: JSON at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
 ``bench-rw`` for the proxies), and JSON at c=1 and c=64 again while 2,000 idle keep-alive client connections
 (each has made one request) stay open to the target. Runs are interleaved (every target once per round, then
 the next round) and the median round is reported; CPU is the server processes' user+system time read from
@@ -194,6 +195,16 @@ def _start_nginx(upstream: str, directory: Path) -> Target | None:
     return Target("nginx", f"http://127.0.0.1:{port}", process, rewrite_model="bench")
 
 
+def _start_floor(upstream: str) -> Target:
+    """``bench/minimal_relay.py``: the proxy machinery without FlexInfer's features (the floor)."""
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("minimal_relay.py")), "--port",
+                                str(port), "--upstream", upstream], env={**os.environ, "PYTHONPATH": str(SRC)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_listening(port, process)
+    return Target("floor", f"http://127.0.0.1:{port}", process, rewrite_model="bench")
+
+
 def _start_litellm(binary: str, upstream: str, directory: Path) -> Target:
     port = _free_port()
     config = directory / "litellm.yaml"
@@ -355,6 +366,8 @@ def _orchestrate(args: argparse.Namespace) -> int:
             if not args.no_nginx:
                 nginx = _start_nginx(upstream, directory)
                 targets += [nginx] if nginx else []
+            if args.floor:
+                targets.append(_start_floor(upstream))
             if args.baseline_src:
                 targets.append(_start_serve("baseline", Path(args.baseline_src).resolve(), manifests,
                                             directory / "state-baseline"))
@@ -488,6 +501,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-access-log", action="store_true",
                         help="run the FlexInfer targets without their access log (as the nginx target runs)")
     parser.add_argument("--litellm", default="", help="path to a `litellm` executable (separate venv)")
+    parser.add_argument("--floor", action="store_true",
+                        help="add bench/minimal_relay.py: the same machinery without FlexInfer's features")
     parser.add_argument("--in-cluster", action="store_true",
                         help="add `flexinfer proxy` against a real kube-apiserver (built on first use)")
     parser.add_argument("--queued", type=int, default=0,
