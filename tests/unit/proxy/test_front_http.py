@@ -9,6 +9,10 @@ import json
 import logging
 from urllib.parse import urlsplit
 
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
 from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.front import server as front_server
 
@@ -165,3 +169,36 @@ async def test_a_defect_in_a_handler_is_a_500_envelope_and_one_logged_traceback(
     assert json.loads(body)["error"]["code"] == "server_error" and b"defect" not in body
     assert len([r for r in caplog.records if r.exc_info and "unexpected error" in r.getMessage()]) == 1
     writer.close()
+
+
+async def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy) -> None:
+    """32 MiB streamed to a client that reads nothing: the proxy must not buffer it (the upstream cannot
+    finish) until the client reads, and then every byte arrives."""
+    piece, count, done = b"x" * (256 << 10), 128, asyncio.Event()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await response.prepare(request)
+        for _ in range(count):
+            await response.write(piece)
+        await response.write_eof()
+        done.set()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/files", stream)
+    async with TestServer(app) as upstream:
+        proxy = await make_proxy()
+        proxy.activator.base_url = str(upstream.make_url("")).rstrip("/")
+        reader, writer = await _open(proxy.url)
+        writer.write(_post(path=b"/v1/files"))
+        with pytest.raises(TimeoutError):  # held back by the client, not buffered in the proxy
+            await asyncio.wait_for(done.wait(), 3)
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        received = 0
+        while received < len(piece) * count:
+            size = int((await asyncio.wait_for(reader.readline(), 10)).strip(), 16)
+            received += len(await asyncio.wait_for(reader.readexactly(size + 2), 10)) - 2
+        assert received == len(piece) * count and done.is_set()
+        writer.close()

@@ -62,6 +62,11 @@ class Link:
             self._drained.exception()  # read: nobody may be waiting on it
         self._drained = None
 
+    @property
+    def full(self) -> bool:
+        """The client is slower than the answer: the next write must wait (``drain``)."""
+        return self._drained is not None
+
     async def drain(self) -> None:
         if self._drained is not None:
             await self._drained
@@ -188,7 +193,8 @@ class ResponseWriter:
             return
         self.bytes_sent += len(data)
         self._send((b"%x\r\n" % len(data), data, b"\r\n") if self._chunked else (data,))
-        await self._link.drain()
+        if self._link.full:  # the common case (no backpressure) costs no extra coroutine per chunk
+            await self._link.drain()
 
     async def write_eof(self) -> None:
         """End the body."""
