@@ -115,11 +115,11 @@ class ProxyHandler:
             await reply.fail(error)
         except asyncio.CancelledError:
             if not self._drain.aborted:
-                outcome.status, outcome.error = "cancelled", "client disconnected"
+                _client_gone(outcome)
                 raise
             await self._aborted(reply, outcome)
         except ConnectionError:
-            outcome.status, outcome.error = "cancelled", "client disconnected"
+            _client_gone(outcome)
             reply.writer.abort()
         except Exception:
             log.exception("unexpected error while proxying %s %s", request.method, request.path)
@@ -207,13 +207,19 @@ class ProxyHandler:
             raise
 
 
+def _client_gone(outcome: _Outcome) -> None:
+    """The client went away before its answer was complete (the access log says 499, nginx's "client closed
+    request", whatever part of the answer was already on its way)."""
+    outcome.status, outcome.error = "cancelled", "client disconnected"
+
+
 _ACCESS_FORMAT = ("%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s "
                   "request_id=%s")
 
 
 def _log_access(request: FrontRequest, reply: Reply, outcome: _Outcome, rid: str, elapsed: float) -> None:
     """The access-log line: one formatted record, its fields also passed as ``extra`` for JSON lines."""
-    status = outcome.http_status or reply.status or 499
+    status = 499 if outcome.status == "cancelled" else outcome.http_status or reply.status or 499
     sent = reply.writer.bytes_sent
     fields = {"model": outcome.model or "-", "status": status, "method": request.method, "path": request.path,
               "queue_wait_s": round(outcome.waited, 4),

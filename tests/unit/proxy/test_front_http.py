@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.front import server as front_server
+from support.polling import eventually
 
 BODY = b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}'
 
@@ -202,3 +203,17 @@ async def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy) -
             received += len(await asyncio.wait_for(reader.readexactly(size + 2), 10)) - 2
         assert received == len(piece) * count and done.is_set()
         writer.close()
+
+
+async def test_a_client_that_leaves_mid_answer_is_logged_as_499(make_proxy, fake, caplog) -> None:
+    proxy = await make_proxy()
+    caplog.set_level(logging.INFO, logger="flexinfer.access")
+    fake.hold_after_first_chunk = asyncio.Event()
+    reader, writer = await _open(proxy.url)
+    writer.write(_post(BODY.replace(b'"alpha"', b'"alpha", "stream": true')))
+    assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).startswith(b"HTTP/1.1 200 OK")
+    writer.close()
+    await eventually(lambda: [r for r in caplog.records if r.name == "flexinfer.access"])
+    fake.hold_after_first_chunk.set()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "flexinfer.access"]
+    assert " status=499 " in line and " stream=true " in line
