@@ -6,7 +6,9 @@ gate, ``flexinfer.core.model_status.plan``: a preempted model keeps its replica 
 than 30 s exists, bounded by the swap drain timeout). Writes:
 
 - ``busy(model)`` before a request is forwarded. With no report of ours for the model (the first request
-  after an idle period) it writes the report, then reads the Model afresh from the API server: if it is
+  after an idle period; requests arriving meanwhile wait for the same report instead of each writing one —
+  64 at once took 1.3 s against a busy API server) it writes the report, then reads the Model afresh from
+  the API server: if it is
   no longer Ready there, the report is withdrawn and ``busy`` returns ``False`` (the caller must not
   forward the request; it re-activates). The manager, for its part, marks a model Preempted first and
   then reads the reports afresh, so either the manager sees our report (and drains) or we see the model
@@ -62,6 +64,7 @@ class InflightReporter:
         """key → (namespace, name, monotonic time of our last stamp) for every report we left set."""
         self._background: set[asyncio.Task[None]] = set()
         self._restamping: set[str] = set()
+        self._first: dict[str, asyncio.Future[bool]] = {}
         self.writes = 0
         self.refusals = 0
 
@@ -69,8 +72,12 @@ class InflightReporter:
         """Make sure a fresh report exists before a request is forwarded to ``model``; ``False`` when the
         model is no longer Ready in the API server once the first report landed (do not forward)."""
         written = self._written.get(model.key)
-        if written is None:
-            return await self._first_report(model)
+        if written is None:  # requests arriving together share one first report (one write, one read)
+            pending = self._first.get(model.key)
+            if pending is None:
+                pending = self._first[model.key] = asyncio.ensure_future(self._first_report(model))
+                pending.add_done_callback(lambda _: self._first.pop(model.key, None))
+            return await asyncio.shield(pending)
         if self._clock() - written[2] >= self._refresh and model.key not in self._restamping:
             self._restamping.add(model.key)
             self._spawn(self._stamp(model.namespace, model.name), f"inflight-stamp-{model.key}",

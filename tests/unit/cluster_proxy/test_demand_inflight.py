@@ -76,6 +76,24 @@ async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
         held.release()
 
 
+async def test_requests_arriving_together_share_one_first_report() -> None:
+    api = FakeModelApi()
+    await ready_model(api)
+    async with cluster_side(api) as cluster:
+        (await asyncio.wait_for(cluster.activator.acquire(key("m"), 5), 2)).release()
+        await cluster.reporter.refresh(())  # idle: the heartbeat clears the report
+        writes, reads = len(api.field_writes("inFlightAt")), api.get_calls
+        api.patch_gate = asyncio.Event()
+        acquiring = asyncio.gather(*(cluster.activator.acquire(key("m"), 5) for _ in range(10)))
+        await eventually(lambda: api.held_patches == 1)
+        api.patch_gate.set()
+        grants = await asyncio.wait_for(acquiring, 2)
+        # one write and one fresh read for all ten, not one each
+        assert (len(api.field_writes("inFlightAt")) - writes, api.get_calls - reads) == (1, 1)
+        for grant in grants:
+            grant.release()
+
+
 async def test_a_due_restamp_is_written_once_in_the_background_and_no_request_waits_for_it() -> None:
     api = FakeModelApi()
     await ready_model(api)
