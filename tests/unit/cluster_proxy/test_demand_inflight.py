@@ -21,6 +21,7 @@ from flexinfer.cluster_proxy.inflight_report import InflightReporter, proxy_iden
 from flexinfer.cluster_proxy.model_api import KubeApiError
 from flexinfer.core.errors import ColdStartTimeoutError
 from flexinfer.core.model_status.plan import busy_proxies
+from flexinfer.runtime.ports import Grant
 from support.cluster_side import cluster_side
 from support.fake_model_api import FakeModelApi, model_body
 from support.polling import eventually
@@ -76,6 +77,11 @@ async def test_heartbeat_clears_idle_models_and_restamps_busy_ones() -> None:
         held.release()
 
 
+def ten_requests(cluster: ClusterSide) -> asyncio.Future[list[Grant]]:
+    """Ten requests for ``m`` arriving together."""
+    return asyncio.gather(*(cluster.activator.acquire(key("m"), 5) for _ in range(10)))
+
+
 async def test_requests_arriving_together_share_one_first_report() -> None:
     api = FakeModelApi()
     await ready_model(api)
@@ -84,7 +90,7 @@ async def test_requests_arriving_together_share_one_first_report() -> None:
         await cluster.reporter.refresh(())  # idle: the heartbeat clears the report
         writes, reads = len(api.field_writes("inFlightAt")), api.get_calls
         api.patch_gate = asyncio.Event()
-        acquiring = asyncio.gather(*(cluster.activator.acquire(key("m"), 5) for _ in range(10)))
+        acquiring = ten_requests(cluster)
         await eventually(lambda: api.held_patches == 1)
         api.patch_gate.set()
         grants = await asyncio.wait_for(acquiring, 2)
@@ -102,8 +108,7 @@ async def test_a_due_restamp_is_written_once_in_the_background_and_no_request_wa
         before, writes = report(api), len(api.field_writes("inFlightAt"))
         cluster.reporter._refresh = 0.0  # every request finds the stamp due
         api.patch_gate = asyncio.Event()  # the API server is slow to answer
-        grants = await asyncio.wait_for(
-            asyncio.gather(*(cluster.activator.acquire(key("m"), 5) for _ in range(10))), 2)
+        grants = await asyncio.wait_for(ten_requests(cluster), 2)
         assert api.held_patches == 1  # one re-stamp in flight, not one per request
         api.patch_gate.set()
         await eventually(lambda: len(api.field_writes("inFlightAt")) == writes + 1)

@@ -68,6 +68,13 @@ def on_both_loops(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[st
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
 
+async def answer_every_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+    """An upstream script: ``OK`` to every request on the connection."""
+    while True:
+        await up.read_request(reader)
+        writer.write(OK)
+
+
 async def fetch(pool: UpstreamPool, port: int, method: str = "POST", body: bytes = b"{}") -> tuple[int, bytes]:
     response = await pool.request(method, "127.0.0.1", port, "/v1/chat/completions?x=1",
                                   headers=[("X-Request-ID", "r1")], body=body)
@@ -80,13 +87,8 @@ async def fetch(pool: UpstreamPool, port: int, method: str = "POST", body: bytes
 
 @on_both_loops
 async def test_keep_alive_connections_are_reused_and_requests_arrive_intact() -> None:
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
-        while True:
-            await up.read_request(reader)
-            writer.write(OK)
-
     big = b'{"p":"' + b"a" * 1_000_000 + b'"}'
-    async with Upstream(script) as up:
+    async with Upstream(answer_every_request) as up:
         pool = UpstreamPool(5.0)
         assert await fetch(pool, up.port) == (200, b"{}")
         assert await fetch(pool, up.port, body=big) == (200, b"{}")
@@ -278,12 +280,7 @@ async def test_places_are_never_lost_through_cancellations_closes_and_timeouts()
 
 @on_both_loops
 async def test_a_connection_handed_to_a_request_abandoned_in_the_same_step_goes_to_the_next_one() -> None:
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
-        while True:
-            await up.read_request(reader)
-            writer.write(OK)
-
-    async with Upstream(script) as up:
+    async with Upstream(answer_every_request) as up:
         pool = UpstreamPool(0.5, max_per_server=1)
         first = await pool.request("POST", "127.0.0.1", up.port, "/", headers=[], body=b"{}")
         assert await first.read() == b"{}"
