@@ -27,8 +27,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from flexinfer.core.errors import echo_safe
-from flexinfer.proxy.errors import InternalError, error_payload
+from flexinfer.proxy.errors import InternalError
 from flexinfer.proxy.front.message import FrontRequest, Link, ResponseWriter
+from flexinfer.proxy.streaming import Reply
 
 log = logging.getLogger("flexinfer.proxy.http")
 MAX_LINE = 8190
@@ -174,8 +175,7 @@ class FrontConnection(asyncio.BufferedProtocol):
         except Exception:  # the handlers answer their own errors: this is a defect, never a traceback to the client
             log.exception("unexpected error on %s %s", request.method, echo_safe(request.path, 300))
             if not writer.started and not self._link_lost():
-                status, headers, body = error_payload(InternalError())
-                await writer.whole(status, None, headers, body)
+                await Reply(writer, {}).fail(InternalError())
         finally:
             self._task = None
             self._after(request, writer)

@@ -63,9 +63,10 @@ class Link:
         self._drained = None
 
     @property
-    def full(self) -> bool:
-        """The client is slower than the answer: the next write must wait (``drain``)."""
-        return self._drained is not None
+    def settled(self) -> bool:
+        """Nothing to wait for and nobody gone: ``drain`` would return at once (the common case costs no
+        coroutine)."""
+        return self._drained is None and not self.lost
 
     async def drain(self) -> None:
         if self._drained is not None:
@@ -178,14 +179,16 @@ class ResponseWriter:
                     length: int | None = None) -> None:
         """Send the head now (a stream: the client sees it before the first piece of the body)."""
         self._send((self._head(status, reason, headers, length),))
-        await self._link.drain()
+        if not self._link.settled:
+            await self._link.drain()
 
     async def whole(self, status: int, reason: str | None, headers: Iterable[tuple[str, str]], body: bytes) -> None:
         """Send a complete answer (head and body in one send) and end it."""
         head = self._head(status, reason, headers, None if status in _NO_BODY else len(body))
         self._send((head,) if self._head_only or not body or status in _NO_BODY else (head, body))
         self.bytes_sent, self.done = len(body), True
-        await self._link.drain()
+        if not self._link.settled:
+            await self._link.drain()
 
     async def write(self, data: bytes) -> None:
         """Send one piece of the body."""
@@ -193,7 +196,7 @@ class ResponseWriter:
             return
         self.bytes_sent += len(data)
         self._send((b"%x\r\n" % len(data), data, b"\r\n") if self._chunked else (data,))
-        if self._link.full:  # the common case (no backpressure) costs no extra coroutine per chunk
+        if not self._link.settled:
             await self._link.drain()
 
     async def write_eof(self) -> None:
@@ -203,7 +206,8 @@ class ResponseWriter:
         self.done = True
         if self._chunked:
             self._send((b"0\r\n\r\n",))
-        await self._link.drain()
+        if not self._link.settled:
+            await self._link.drain()
 
     def _send(self, parts: tuple[bytes, ...]) -> None:
         transport = self._link.transport

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from flexinfer.core.errors import RequestError
-from flexinfer.proxy.errors import MethodNotAllowedError, error_payload
+from flexinfer.proxy.errors import MethodNotAllowedError
 from flexinfer.proxy.forwarding import Forwarder, upstream_headers
 from flexinfer.proxy.front.connection import FrontConnection
 from flexinfer.proxy.front.message import FrontRequest, ResponseWriter
@@ -78,7 +78,7 @@ class FrontServer:
         if route is None:
             return self._relay_control(request, writer)
         if route in OPENAI_ROUTES and request.method != "POST":
-            return _answer_error(writer, MethodNotAllowedError(request.method, request.path, ["POST"]))
+            return Reply(writer, {}).fail(MethodNotAllowedError(request.method, request.path, ["POST"]))
         return self._handler(request, writer, route)
 
     def closed(self, connection: FrontConnection) -> None:
@@ -127,8 +127,3 @@ class FrontServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-
-async def _answer_error(writer: ResponseWriter, error: RequestError) -> None:
-    status, headers, body = error_payload(error)
-    await writer.whole(status, None, headers, body)
