@@ -1,6 +1,11 @@
 """Installs the root log handler of a long-running command: level, ``text`` or ``json`` lines on stderr,
 and the access log switch.
 
+Lines logged on a running event loop's thread are written together once per loop iteration (``TickWriter``):
+the access log writes a line per request, and under load one ``write`` then carries the lines of many
+requests instead of one system call each. Lines from other threads, or with no loop running, are written at
+once (after any pending ones, so the order is kept); ``flush`` and shutdown write whatever is pending.
+
 JSON lines come from python-json-logger: ``time``, ``level``, ``logger``, ``message`` plus every ``extra``
 field a call passes (the access log and lifecycle lines pass theirs), and ``trace_id``/``span_id`` (hex)
 when a recording OpenTelemetry span is current. Called by the composition roots (``flexinfer.assembly``)
@@ -9,6 +14,7 @@ before anything logs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -63,6 +69,50 @@ class _JsonFormatter(_SecondCache, JsonFormatter):
     """``json`` lines."""
 
 
+class TickWriter(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that batches the lines of one event loop iteration into one write."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self._tick: asyncio.AbstractEventLoop | None = None
+        """The loop a flush is scheduled on (a loop closed before running it does not hold lines back)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._write(line)
+            return
+        if self._tick is not loop:
+            self._tick = loop
+            loop.call_soon(self.flush)
+        self._pending.append(line)
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+            self._tick = None
+            self._write("")
+
+    def _write(self, line: str) -> None:
+        """Write the pending lines and ``line`` in one write (the caller holds the handler's lock)."""
+        pending, self._pending = self._pending, []
+        text = "".join(pending) + line if pending else line
+        if not text:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except Exception:  # a closed pipe or a full disk: logging's own rule is to carry on
+            if logging.raiseExceptions and sys.__stderr__ is not None:
+                sys.__stderr__.write(f"--- {len(pending) + bool(line)} log line(s) lost: the log stream failed\n")
+
+
 def formatter(format: str) -> logging.Formatter:
     """The formatter for ``text`` or ``json``."""
     if format == "json":
@@ -74,7 +124,7 @@ def formatter(format: str) -> logging.Formatter:
 
 def configure_logging(settings: LogSettings, stream: TextIO | None = None) -> None:
     """Replace the root handlers with one stderr handler as ``settings`` say."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = TickWriter(stream or sys.stderr)
     handler.setFormatter(formatter(settings.format))
     if settings.format == "json":
         handler.addFilter(TraceContextFilter())

@@ -3,6 +3,7 @@ writes JSON lines with the record's extra fields and switches the access log."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -10,7 +11,7 @@ import logging
 import pytest
 
 from flexinfer.core.errors import ConfigError
-from flexinfer.observability.log_setup import TEXT_FORMAT, configure_logging, formatter
+from flexinfer.observability.log_setup import TEXT_FORMAT, TickWriter, configure_logging, formatter
 from flexinfer.observability.logging_config import LogSettings, log_settings
 
 
@@ -53,3 +54,76 @@ def test_the_cached_time_of_day_formats_every_record_as_the_stock_formatter_does
         record.created, record.msecs = created, int((created - int(created)) * 1000)
         assert cached.format(record) == stock.format(record)
     assert formatter("json").formatTime(record) == stock.formatTime(record)
+
+
+class _Writes(io.StringIO):
+    """A stream that keeps each ``write`` call's text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_lines_of_one_loop_iteration_are_written_together_after_it_and_in_order() -> None:
+    stream, log = _Writes(), logging.getLogger("flexinfer.test.batch")
+    handler = TickWriter(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.propagate = False
+    seen_during: list[list[str]] = []
+
+    async def burst() -> None:
+        for n in range(3):
+            log.warning("line %d", n)
+        seen_during.append(list(stream.calls))  # nothing written while the iteration runs
+        await asyncio.sleep(0)  # the iteration ends: the three lines go out in one write
+        seen_during.append(list(stream.calls))
+        log.warning("line 3")
+        await asyncio.to_thread(log.warning, "from a thread")  # written at once, after the pending line
+
+    try:
+        log.warning("before the loop")  # no loop running: written at once
+        asyncio.run(burst())
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+    assert seen_during == [["before the loop\n"], ["before the loop\n", "line 0\nline 1\nline 2\n"]]
+    assert stream.calls[2:] == ["line 3\nfrom a thread\n"]
+    assert stream.getvalue().splitlines() == ["before the loop", "line 0", "line 1", "line 2", "line 3",
+                                              "from a thread"]
+
+
+def test_a_line_pending_when_its_loop_closed_is_written_by_flush_and_by_the_next_loop() -> None:
+    stream, log = _Writes(), logging.getLogger("flexinfer.test.closed")
+    handler = TickWriter(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.propagate = False
+    loop = asyncio.new_event_loop()
+
+    async def one(text: str) -> None:
+        log.warning(text)
+
+    async def last(text: str) -> None:
+        asyncio.get_running_loop().stop()  # this is the loop's last iteration: its flush never runs
+        log.warning(text)
+
+    try:
+        loop.run_until_complete(last("first"))
+        loop.close()
+        assert stream.calls == []
+        asyncio.run(one("second"))  # a new loop schedules its own flush
+        assert stream.getvalue().splitlines() == ["first", "second"]
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(last("third"))
+        loop.close()
+        assert stream.getvalue().splitlines() == ["first", "second"]
+        handler.flush()  # shutdown's flush
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+    assert stream.getvalue().splitlines() == ["first", "second", "third"]
