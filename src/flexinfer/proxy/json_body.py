@@ -52,11 +52,26 @@ def scan(body: bytes) -> JsonBody:
     """The top-level fields of a JSON object body; ``NotJsonObject`` when it is not valid JSON or not an
     object (``json.loads`` rules: surrounding whitespace allowed, duplicate keys → the last one counts)."""
     if len(body) <= SMALL_BODY:
+        small = _small(body)
+        if small is not None:
+            return small
         fields = _fallback(body)
         if json.detect_encoding(body) != "utf-8":
             return fields
         return JsonBody(model=fields.model, stream=fields.stream, spanned=False)
     return _scan(body)
+
+
+def _small(body: bytes) -> JsonBody | None:
+    """The common case in one step: strict UTF-8 text holding one JSON object (``None``: anything else, which
+    the full rules then judge: byte-order marks, UTF-16/32, lone surrogates, errors)."""
+    try:
+        parsed = _DECODER.decode(body.decode())
+    except _INVALID:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return JsonBody(model=parsed.get("model"), stream=parsed.get("stream"), spanned=False)
 
 
 def _scan(body: bytes) -> JsonBody:
