@@ -245,7 +245,7 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     lifecycle_log = LifecycleLog()
     dispatcher = Dispatcher(engine, models, policy=local.policy,
                             observer=_observer(registry, tracing, activity, lifecycle_log))
-    catalog = ManifestCatalog(models, dispatcher.phases)
+    catalog = ManifestCatalog(models, dispatcher.phase)
     metrics = ProxyMetrics(registry, [m.key for m in models])
     reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics, flash), caches=caches,
                                 installed=installed, base_dir=local.engine.base_dir,

@@ -99,6 +99,6 @@ class DispatcherSync:
 
     def _stopped(self, model: Model) -> None:
         self.flush()
-        if self._dispatcher.phases().get(model.key) == READY:
+        if self._dispatcher.phase(model.key) == READY:
             log.info("model %s left Ready in the cluster; the next request activates it again", model.key)
             self.forget_endpoint(model)

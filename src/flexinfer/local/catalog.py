@@ -4,13 +4,13 @@ A request names a model by ``namespace/name``, by its name when unique, by ``spe
 or by one of ``spec.litellm.aliases`` (the first manifest claiming an alias wins); the rule is
 ``flexinfer.core.model_index``, and a name used in several namespaces is ambiguous (409).
 ``spec.litellm.enabled: false`` parks a model (listed as parked; the proxy answers 404). Phases come from a
-callable (the dispatcher's snapshot), so the catalog itself holds no swap state. Built by
+callable (the dispatcher's ``phase``), so the catalog itself holds no swap state. Built by
 ``flexinfer.assembly.run_local``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
@@ -19,8 +19,8 @@ from flexinfer.core.profiles import declared_parallel
 from flexinfer.local.profiles import served_name
 from flexinfer.runtime.ports import ModelView
 
-PhaseLookup = Callable[[], Mapping[str, str]]
-"""Returns the current phase per model key (``Idle`` for models it does not list)."""
+PhaseLookup = Callable[[ModelKey], "str | None"]
+"""The current phase of a model key (``None`` → ``Idle``)."""
 
 
 def view(model: Model, phase: str) -> ModelView:
@@ -33,6 +33,11 @@ def view(model: Model, phase: str) -> ModelView:
     )
 
 
+def _no_phase(key: ModelKey) -> None:
+    """Every model Idle (a catalog without a dispatcher)."""
+    return None
+
+
 class ManifestCatalog:
     """Name/alias resolution over a fixed model list (see the module docstring)."""
 
@@ -41,7 +46,7 @@ class ManifestCatalog:
         self._views: dict[tuple[ModelKey, str], ModelView] = {}
         """Views already built, per (key, phase): resolving a name on every request builds nothing."""
         self._index = EMPTY
-        self._phases = phases or dict
+        self._phase: PhaseLookup = phases or _no_phase
         self.replace(models)
 
     def replace(self, models: Iterable[Model]) -> None:
@@ -64,12 +69,11 @@ class ManifestCatalog:
         model = self._models.get(key) if key else None
         if model is None:
             return None
-        phase = self._phases().get(model.key, "Idle")
+        phase = self._phase(model.key) or "Idle"
         cached = self._views.get((model.key, phase))
         if cached is None:
             cached = self._views[(model.key, phase)] = view(model, phase)
         return cached
 
     def models(self) -> Sequence[ModelView]:
-        phases = self._phases()
-        return [view(m, phases.get(key, "Idle")) for key, m in self._models.items()]
+        return [view(m, self._phase(key) or "Idle") for key, m in self._models.items()]

@@ -20,6 +20,8 @@ MAX_FIELD_BYTES = 1024
 
 def form_boundary(content_type: str) -> bytes | None:
     """The boundary of a ``multipart/form-data`` content type; ``None`` for any other type."""
+    if content_type.lstrip()[:10].lower() != "multipart/":
+        return None  # not a form (a JSON body): no header parse
     mime, options = parse_options_header(content_type)
     if mime.lower() != FORM_TYPE:
         return None

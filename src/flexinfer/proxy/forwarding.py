@@ -39,10 +39,9 @@ _MAX_ORIGINS = 1024
 _PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~:@!$&'()*+,;=?-]*")
 
 
-def upstream_headers(incoming: Mapping[str, str], drop: frozenset[str]) -> CIMultiDict[str]:
-    """The client's headers minus hop-by-hop ones and ``drop`` (lower-case names)."""
-    skipped = HOP_BY_HOP | drop
-    return CIMultiDict((k, v) for k, v in incoming.items() if k.lower() not in skipped)
+def upstream_headers(incoming: Mapping[str, str], drop: frozenset[str] = HOP_BY_HOP) -> CIMultiDict[str]:
+    """The client's headers minus ``drop`` (lower-case names: ``HOP_BY_HOP``, with any others added to it)."""
+    return CIMultiDict([(k, v) for k, v in incoming.items() if k.lower() not in drop])
 
 
 def request_target(path_and_query: str) -> str:

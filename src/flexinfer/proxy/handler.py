@@ -23,7 +23,7 @@ from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.draining import DrainState
 from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, ModelParkedError, metric_status
-from flexinfer.proxy.forwarding import Forwarder, upstream_headers
+from flexinfer.proxy.forwarding import HOP_BY_HOP, Forwarder, upstream_headers
 from flexinfer.proxy.front.message import FrontRequest, ResponseWriter
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
 from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
@@ -80,7 +80,7 @@ class ProxyHandler:
         dropped = {MODEL_HEADER.lower(), WORKLOAD_CLASS_HEADER.lower()}
         if config.auth_enabled:
             dropped.add("authorization")
-        self._dropped_headers = frozenset(dropped)
+        self._dropped_headers = HOP_BY_HOP | dropped
 
     async def handle(self, request: FrontRequest, writer: ResponseWriter, route: str) -> None:
         """Answer one proxied request; ``route`` is its template (``/v1/chat/completions``, ``/v1/{tail}``,

@@ -229,8 +229,13 @@ class Dispatcher:
         return self._arbiter.next_wake()
 
     def phases(self) -> dict[str, str]:
-        """The current phase of every declared model (cheaper than ``snapshot`` for a per-request lookup)."""
+        """The current phase of every declared model."""
         return {key: slot.phase for key, slot in self._arbiter.slots.items()}
+
+    def phase(self, key: ModelKey) -> str | None:
+        """The current phase of one declared model (``None``: not declared); the per-request lookup."""
+        slot = self._arbiter.slots.get(key)
+        return None if slot is None else slot.phase
 
     def snapshot(self) -> list[ModelState]:
         """The current state of every declared model, sorted by key."""

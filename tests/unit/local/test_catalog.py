@@ -17,7 +17,7 @@ def catalog() -> ManifestCatalog:
         make_model("beta", "file:///b", {"servedModelName": "beta-upstream"}, litellm={"aliases": ["shared", "alpha"]}),
         make_model("parked", "file:///p", litellm={"enabled": False}),
     ]
-    return ManifestCatalog(models, lambda: {"default/alpha": "Ready"})
+    return ManifestCatalog(models, {"default/alpha": "Ready"}.get)
 
 
 def test_resolution_by_name_key_and_alias() -> None:

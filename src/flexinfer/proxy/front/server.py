@@ -89,7 +89,7 @@ class FrontServer:
         try:
             body = await request.read()
             await self._forwarder.relay(reply, method=request.method, base_url=self._control_url,
-                                        path=request.target, headers=upstream_headers(request.headers, frozenset()),
+                                        path=request.target, headers=upstream_headers(request.headers),
                                         body=body, trace=NullSpan(), verbatim=True)
             await reply.finish()
         except RequestError as error:
