@@ -175,6 +175,7 @@ class ProxyServer:
         idle = await drain.wait_idle(self._config.graceful_shutdown_timeout)
         if front is not None:
             await front.close_all()
+        self._app[PROXIED].access.write()
         await self._runner.cleanup()
         self.closed = True
         result = "completed" if idle else "timeout"

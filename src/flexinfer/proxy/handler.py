@@ -18,6 +18,7 @@ import time
 
 from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import ModelNotFoundError, PayloadTooLargeError, RequestError, ShuttingDownError
+from flexinfer.proxy.access_log import AccessLog, Entry
 from flexinfer.proxy.admission import Admission
 from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig
@@ -25,7 +26,7 @@ from flexinfer.proxy.draining import DrainState
 from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, ModelParkedError, metric_status
 from flexinfer.proxy.forwarding import HOP_BY_HOP, Forwarder, upstream_headers
 from flexinfer.proxy.front.message import FrontRequest, ResponseWriter
-from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer, RequestTrace
+from flexinfer.proxy.hooks import NullTracer, ProxyMetrics, ProxyTracer, RequestTrace
 from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
 from flexinfer.proxy.request_ids import REQUEST_ID_HEADER, request_id
 from flexinfer.proxy.routing import (
@@ -41,8 +42,6 @@ from flexinfer.proxy.streaming import Reply
 from flexinfer.runtime.ports import Activator, Catalog, ModelView
 
 log = logging.getLogger(__name__)
-access_log = logging.getLogger("flexinfer.access")
-"""One INFO line per proxied request; switched by ``FLEXINFER_ACCESS_LOG``/``--[no-]access-log``."""
 ROUTE_IN_THREAD_BYTES = 1 << 20
 """Bodies at least this large are parsed for the model name off the event loop (a 25 MB audio form or a
 long JSON prompt would otherwise stall every other request for tens of milliseconds)."""
@@ -81,6 +80,7 @@ class ProxyHandler:
         if config.auth_enabled:
             dropped.add("authorization")
         self._dropped_headers = HOP_BY_HOP | dropped
+        self.access = AccessLog(deferred=isinstance(tracer, NullTracer))
 
     async def handle(self, request: FrontRequest, writer: ResponseWriter, route: str) -> None:
         """Answer one proxied request; ``route`` is its template (``/v1/chat/completions``, ``/v1/{tail}``,
@@ -100,8 +100,11 @@ class ProxyHandler:
             self._drain.leave()
             elapsed = time.perf_counter() - started
             self._metrics.request_finished(outcome.model, outcome.status, elapsed)
-            if access_log.isEnabledFor(logging.INFO):
-                _log_access(request, reply, outcome, rid.value, elapsed)
+            if self.access.enabled():
+                status = 499 if outcome.status == "cancelled" else outcome.http_status or reply.status or 499
+                self.access.add(Entry(request.method, request.path, outcome.model or "-", status, outcome.waited,
+                                      outcome.upstream, elapsed, reply.writer.bytes_sent, outcome.stream, rid.value,
+                                      time.time()))
             trace.end(outcome.http_status, outcome.error)
 
     async def _answer(self, request: FrontRequest, reply: Reply, trace: RequestTrace, outcome: _Outcome,
@@ -167,6 +170,7 @@ class ProxyHandler:
 
     async def _forward(self, request: FrontRequest, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,
                        view: ModelView, body: bytes, base_url: str, rid: str) -> None:
+        self.access.write_soon()  # while the model server works
         headers = upstream_headers(request.headers, self._dropped_headers)
         headers[REQUEST_ID_HEADER] = rid
         new_body = rewrite_body(body, routed.payload, view.served_model_name)
@@ -211,24 +215,3 @@ def _client_gone(outcome: _Outcome) -> None:
     """The client went away before its answer was complete (the access log says 499, nginx's "client closed
     request", whatever part of the answer was already on its way)."""
     outcome.status, outcome.error = "cancelled", "client disconnected"
-
-
-_ACCESS_FORMAT = ("%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s "
-                  "request_id=%s")
-
-
-def _log_access(request: FrontRequest, reply: Reply, outcome: _Outcome, rid: str, elapsed: float) -> None:
-    """The access-log line: one formatted record, its fields also passed as ``extra`` for JSON lines."""
-    status = 499 if outcome.status == "cancelled" else outcome.http_status or reply.status or 499
-    sent = reply.writer.bytes_sent
-    fields = {"model": outcome.model or "-", "status": status, "method": request.method, "path": request.path,
-              "queue_wait_s": round(outcome.waited, 4),
-              "upstream_s": None if outcome.upstream is None else round(outcome.upstream, 4),
-              "duration_s": round(elapsed, 4), "bytes": sent, "stream": outcome.stream, "request_id": rid}
-    args = (request.method, request.path, fields["model"], status, outcome.waited,
-            "-" if outcome.upstream is None else f"{outcome.upstream:.3f}s", elapsed, sent,
-            "true" if outcome.stream else "false", rid)
-    # ``handle`` a record made here rather than ``info()``: the same record without the caller lookup (the
-    # access line's source position is always this function).
-    access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, _ACCESS_FORMAT, args, None,
-                                            extra=fields))

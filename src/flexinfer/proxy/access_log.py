@@ -1,0 +1,100 @@
+"""The proxy's access log: one INFO line per proxied request on the ``flexinfer.access`` logger, its fields
+also passed as ``extra`` (the ``json`` log format prints them as keys).
+
+A line is made after the answer was sent, and, with tracing off, later still: the request's fields are
+queued, and the records are made and handed to logging when the proxy next waits for a model server (the
+handler calls ``write_soon`` just before it forwards a request) or at most ``LATEST`` seconds later. The time
+between a model server's answer and the next request is then spent on the next request, not on formatting
+the last one's line. With tracing on a line is made at once, inside the request's span, so that ``json``
+lines carry its ``trace_id`` and ``span_id``. ``write`` sends whatever is queued (shutdown calls it). Used
+by ``handler.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import NamedTuple
+
+access_log = logging.getLogger("flexinfer.access")
+"""Switched by ``FLEXINFER_ACCESS_LOG``/``--[no-]access-log``."""
+LATEST = 0.05
+"""Seconds a queued line may wait when no request is forwarded meanwhile."""
+LINE = "%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s request_id=%s"
+class Entry(NamedTuple):
+    """One request's line, to be made now or later."""
+
+    method: str
+    path: str
+    model: str
+    status: int
+    waited: float
+    upstream: float | None
+    elapsed: float
+    sent: int
+    """Body bytes sent."""
+    stream: bool
+    request_id: str
+    ended: float
+    """Wall-clock time the request ended (``time.time()``)."""
+
+
+class AccessLog:
+    """The queue of lines not yet handed to logging (see the module docstring)."""
+
+    __slots__ = ("_deferred", "_pending", "_scheduled", "_timer")
+
+    def __init__(self, *, deferred: bool) -> None:
+        self._deferred = deferred
+        self._pending: list[Entry] = []
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    @staticmethod
+    def enabled() -> bool:
+        return access_log.isEnabledFor(logging.INFO)
+
+    def add(self, line: Entry) -> None:
+        """Log ``line``: at once, or queued (then at the latest after ``LATEST`` seconds)."""
+        if not self._deferred:
+            _emit(line)
+            return
+        self._pending.append(line)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(LATEST, self._expired)
+
+    def write_soon(self) -> None:
+        """The caller is about to wait for a model server: make the queued lines as soon as it does."""
+        if self._pending and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_scheduled)
+
+    def write(self) -> None:
+        """Hand every queued line to logging now, in order."""
+        pending, self._pending = self._pending, []
+        for line in pending:
+            _emit(line)
+
+    def _write_scheduled(self) -> None:
+        self._scheduled = False
+        self.write()
+
+    def _expired(self) -> None:
+        self._timer = None
+        self.write()
+
+
+def _emit(line: Entry) -> None:
+    """The record of one line (``created`` is when its request ended, not when the record is made)."""
+    method, path, model, status, waited, upstream, elapsed, sent, stream, request_id, ended = line
+    fields = {"model": model, "status": status, "method": method, "path": path, "queue_wait_s": round(waited, 4),
+              "upstream_s": None if upstream is None else round(upstream, 4), "duration_s": round(elapsed, 4),
+              "bytes": sent, "stream": stream, "request_id": request_id}
+    args = (method, path, model, status, waited, "-" if upstream is None else f"{upstream:.3f}s", elapsed, sent,
+            "true" if stream else "false", request_id)
+    # ``handle`` a record made here rather than ``info()``: the same record without the caller lookup (the
+    # access line's source position is always this function).
+    record = access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, LINE, args, None, extra=fields)
+    record.created, record.msecs = ended, int((ended - int(ended)) * 1000) + 0.0
+    record.relativeCreated = (ended - logging._startTime) * 1000  # type: ignore[attr-defined]  # as LogRecord does
+    access_log.handle(record)

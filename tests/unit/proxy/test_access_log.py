@@ -1,0 +1,59 @@
+"""The access log's lines are made after the answer: queued until the proxy next forwards a request or
+``LATEST`` seconds pass, in order, with the time the request ended; made at once with tracing on; the queue is
+written by ``write`` (shutdown) and by the proxy when it forwards."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from tests.support.polling import eventually
+
+from flexinfer.proxy.access_log import LATEST, AccessLog, Entry
+
+
+def _entry(n: int, ended: float) -> Entry:
+    return Entry("POST", "/v1/chat/completions", "default/alpha", 200, 0.0, 0.0021, 0.0032, 17 + n, False,
+                 f"rid-{n}", ended)
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "flexinfer.access"]
+
+
+async def test_queued_lines_are_made_in_order_once_the_proxy_forwards(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="flexinfer.access")
+    access, ended = AccessLog(deferred=True), time.time() - 0.5
+    access.add(_entry(1, ended))
+    access.add(_entry(2, ended + 0.25))
+    await asyncio.sleep(0)
+    assert _lines(caplog) == [], "nothing is made while answers are being sent"
+    access.write_soon()
+    assert _lines(caplog) == [], "made once the caller waits"
+    await asyncio.sleep(0)
+    first, second = _lines(caplog)
+    assert first.getMessage() == ("POST /v1/chat/completions model=default/alpha status=200 queue_wait=0.000s "
+                                  "upstream=0.002s duration=0.003s bytes=18 stream=false request_id=rid-1")
+    assert (first.created, first.msecs, first.request_id) == (ended, int((ended % 1) * 1000), "rid-1")  # type: ignore[attr-defined]
+    assert (second.created, second.bytes, second.upstream_s) == (ended + 0.25, 19, 0.0021)  # type: ignore[attr-defined]
+
+
+async def test_a_queued_line_is_made_within_latest_when_nothing_is_forwarded(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="flexinfer.access")
+    access, started = AccessLog(deferred=True), time.monotonic()
+    access.add(_entry(1, time.time()))
+    await eventually(lambda: len(_lines(caplog)) == 1, timeout=LATEST * 40)
+    assert time.monotonic() - started >= LATEST * 0.9
+
+
+async def test_without_deferral_or_at_shutdown_lines_are_made_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="flexinfer.access")
+    AccessLog(deferred=False).add(_entry(1, time.time()))  # tracing on: inside the request's span
+    assert [r.request_id for r in _lines(caplog)] == ["rid-1"]  # type: ignore[attr-defined]
+    access = AccessLog(deferred=True)
+    access.add(_entry(2, time.time()))
+    access.write()
+    assert [r.request_id for r in _lines(caplog)] == ["rid-1", "rid-2"]  # type: ignore[attr-defined]
