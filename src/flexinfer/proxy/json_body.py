@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _DECODER = json.JSONDecoder()
 _SCAN_VALUE: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
@@ -34,8 +33,7 @@ class NotJsonObject(ValueError):
     """The body is not one valid JSON object."""
 
 
-@dataclass(frozen=True, slots=True)
-class JsonBody:
+class JsonBody(NamedTuple):
     """A JSON object body's ``model`` and ``stream`` values (``None`` when absent)."""
 
     model: Any = None

@@ -14,7 +14,7 @@ called by ``handler.py``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from flexinfer.core.errors import BadRequestError
 from flexinfer.proxy.form_model import form_boundary, form_field
@@ -26,8 +26,7 @@ WORKLOAD_CLASS_HEADER = "X-FlexInfer-Internal-Workload-Class"
 PATH_PREFIX = "/model/"
 
 
-@dataclass(frozen=True, slots=True)
-class RoutedRequest:
+class RoutedRequest(NamedTuple):
     """A request's model name, where it came from, and the upstream path (prefix stripped, query kept)."""
 
     model: str

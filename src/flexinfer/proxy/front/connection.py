@@ -36,6 +36,8 @@ MAX_LINE = 8190
 """Longest request target or header line, as aiohttp's parser allows."""
 MAX_HEAD = 65536
 """Longest request head (request line and all headers)."""
+_TEXT = "surrogateescape"
+"""Header bytes that are not UTF-8 are kept as they came."""
 _BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 11\r\n"
                 b"Connection: close\r\n\r\nBad Request")
 
@@ -135,8 +137,8 @@ class FrontConnection(asyncio.BufferedProtocol):
     def on_headers_complete(self) -> None:
         assert self._link is not None
         parser = self._parser
-        headers = CIMultiDictProxy(CIMultiDict(
-            (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for n, v in self._raw_headers))
+        headers = CIMultiDictProxy(CIMultiDict([(n.decode("utf-8", _TEXT), v.decode("utf-8", _TEXT))
+                                                for n, v in self._raw_headers]))
         target = self._url.decode("utf-8", "surrogateescape")
         self._url, self._raw_headers = b"", []  # not kept while the request waits
         path, query = _split_target(target)
