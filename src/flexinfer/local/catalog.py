@@ -69,10 +69,11 @@ class ManifestCatalog:
         model = self._models.get(key) if key else None
         if model is None:
             return None
-        phase = self._phase(model.key) or "Idle"
-        cached = self._views.get((model.key, phase))
+        assert key is not None
+        phase = self._phase(key) or "Idle"
+        cached = self._views.get((key, phase))
         if cached is None:
-            cached = self._views[(model.key, phase)] = view(model, phase)
+            cached = self._views[(key, phase)] = view(model, phase)
         return cached
 
     def models(self) -> Sequence[ModelView]:

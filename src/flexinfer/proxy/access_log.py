@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from typing import NamedTuple
 
 access_log = logging.getLogger("flexinfer.access")
@@ -85,16 +87,33 @@ class AccessLog:
 
 
 def _emit(line: Entry) -> None:
-    """The record of one line (``created`` is when its request ended, not when the record is made)."""
+    """Hand one line's record to logging."""
     method, path, model, status, waited, upstream, elapsed, sent, stream, request_id, ended = line
     fields = {"model": model, "status": status, "method": method, "path": path, "queue_wait_s": round(waited, 4),
               "upstream_s": None if upstream is None else round(upstream, 4), "duration_s": round(elapsed, 4),
               "bytes": sent, "stream": stream, "request_id": request_id}
     args = (method, path, model, status, waited, "-" if upstream is None else f"{upstream:.3f}s", elapsed, sent,
             "true" if stream else "false", request_id)
-    # ``handle`` a record made here rather than ``info()``: the same record without the caller lookup (the
-    # access line's source position is always this function).
-    record = access_log.makeRecord(access_log.name, logging.INFO, __file__, 0, LINE, args, None, extra=fields)
-    record.created, record.msecs = ended, int((ended - int(ended)) * 1000) + 0.0
-    record.relativeCreated = (ended - logging._startTime) * 1000  # type: ignore[attr-defined]  # as LogRecord does
-    access_log.handle(record)
+    access_log.handle(AccessRecord(args, fields, ended))
+
+
+class AccessRecord(logging.LogRecord):
+    """An access line's record: what ``Logger.makeRecord`` makes for it, with ``created`` the time its request
+    ended, and without ``LogRecord.__init__``'s per-call work (source file name, level name, process name),
+    which is the same for every line. The thread and process ids are read for each record."""
+
+    def __init__(self, args: tuple[object, ...], fields: dict[str, object], ended: float) -> None:
+        # ``LogRecord.__init__`` is not called: ``_TEMPLATE`` holds what it would set, for this logger and line.
+        attributes = self.__dict__
+        attributes.update(_TEMPLATE)
+        attributes.update(fields)
+        self.args = args
+        self.created, self.msecs = ended, int((ended - int(ended)) * 1000) + 0.0
+        self.relativeCreated = (ended - logging._startTime) * 1000  # type: ignore[attr-defined]  # as LogRecord does
+        self.thread, self.threadName = threading.get_ident(), threading.current_thread().name
+        self.process = os.getpid()
+
+
+_TEMPLATE = {name: value for name, value in access_log.makeRecord(
+    access_log.name, logging.INFO, __file__, 0, LINE, (), None).__dict__.items()
+    if name not in ("args", "created", "msecs", "relativeCreated", "thread", "threadName", "process")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from flexinfer.api.key import ModelKey
@@ -93,9 +94,9 @@ class ModelView:
     parallel: int | None = None
     """Requests its server runs at once (the proxy lets no more through); ``None``: no such limit."""
 
-    @property
+    @cached_property
     def key(self) -> ModelKey:
-        """The model's identity, carried from here on instead of its name."""
+        """The model's identity, carried from here on instead of its name (made once per view)."""
         return ModelKey(self.namespace, self.name)
 
 

@@ -11,7 +11,8 @@ import time
 import pytest
 from tests.support.polling import eventually
 
-from flexinfer.proxy.access_log import LATEST, AccessLog, Entry
+from flexinfer.proxy import access_log as access_log_module
+from flexinfer.proxy.access_log import LATEST, LINE, AccessLog, AccessRecord, Entry
 
 
 def _entry(n: int, ended: float) -> Entry:
@@ -57,3 +58,15 @@ async def test_without_deferral_or_at_shutdown_lines_are_made_at_once(caplog: py
     access.add(_entry(2, time.time()))
     access.write()
     assert [r.request_id for r in _lines(caplog)] == ["rid-1", "rid-2"]  # type: ignore[attr-defined]
+
+
+def test_an_access_record_holds_what_make_record_would_with_the_request_end_as_its_time() -> None:
+    access_log = logging.getLogger("flexinfer.access")
+    args, fields, ended = ("POST", "/v1/x"), {"model": "default/alpha", "status": 200, "request_id": "r"}, 1.7e9 + 0.25
+    ours = AccessRecord(args, fields, ended).__dict__
+    stock = access_log.makeRecord(access_log.name, logging.INFO, access_log_module.__file__, 0, LINE, args, None,
+                                  extra=fields).__dict__
+    times = {"created", "msecs", "relativeCreated"}
+    assert {k: v for k, v in ours.items() if k not in times} == {k: v for k, v in stock.items() if k not in times}
+    assert (ours["created"], ours["msecs"]) == (ended, 250.0)
+    assert ours["relativeCreated"] == (ended - logging._startTime) * 1000  # type: ignore[attr-defined]
