@@ -149,7 +149,7 @@ class UpstreamResponse:
     """A model server's answer: status and headers at once, the body as it arrives."""
 
     __slots__ = ("_chunks", "_complete", "_conn", "_error", "_keep_alive", "_put_back", "_waiter", "buffered",
-                 "head_done", "head_only", "raw_headers", "reason", "received", "status")
+                 "head_done", "head_only", "raw_headers", "reason", "received", "sink", "status")
 
     def __init__(self, put_back: Callable[[Connection], None], conn: Connection, head_only: bool) -> None:
         self._put_back, self._conn, self.head_only = put_back, conn, head_only
@@ -160,6 +160,8 @@ class UpstreamResponse:
         self.buffered = 0
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.sink: Callable[[bytes], bool] | None = None
+        """Takes body pieces as they arrive, while nothing is buffered (``False``: not now, buffer it)."""
 
     # ---- fed by the connection
     def headers_complete(self, status: int, keep_alive: bool) -> None:
@@ -172,6 +174,9 @@ class UpstreamResponse:
     def feed(self, data: bytes) -> None:
         if self._complete:
             return
+        sink = self.sink
+        if sink is not None and not self._chunks and sink(data):
+            return  # passed on as it arrived: the relay's task is not woken for it
         self._chunks.append(data)
         self.buffered += len(data)
         if self.buffered > HIGH_WATER:

@@ -205,6 +205,40 @@ async def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy) -
         writer.close()
 
 
+async def test_a_large_stream_arrives_byte_for_byte_in_order(make_proxy) -> None:
+    """4 MiB of numbered pieces, passed on from the upstream connection as they arrive, the client reading
+    nothing until half were sent, arrive byte for byte in order (queueing behind a slow client:
+    ``test_forwarding.py``)."""
+    pieces = [f"{n:08d}".encode() * 512 for n in range(1024)]
+    half = asyncio.Event()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await response.prepare(request)
+        for n, piece in enumerate(pieces):
+            await response.write(piece)
+            if n == len(pieces) // 2:
+                half.set()
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/files", stream)
+    async with TestServer(app) as upstream:
+        proxy = await make_proxy()
+        proxy.activator.base_url = str(upstream.make_url("")).rstrip("/")
+        reader, writer = await _open(proxy.url)
+        writer.write(_post(path=b"/v1/files"))
+        await asyncio.wait_for(half.wait(), 10)  # the client has read nothing so far
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        body = bytearray()
+        while size := int((await asyncio.wait_for(reader.readline(), 10)).strip(), 16):
+            body += (await asyncio.wait_for(reader.readexactly(size + 2), 10))[:-2]
+        assert bytes(body) == b"".join(pieces)
+        writer.close()
+
+
 async def test_a_client_that_leaves_mid_answer_is_logged_as_499(make_proxy, fake, caplog) -> None:
     proxy = await make_proxy()
     caplog.set_level(logging.INFO, logger="flexinfer.access")
