@@ -71,6 +71,7 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             response.fail(exc)
             self.close()
+        response.pass_on()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -148,8 +149,8 @@ class Connection(asyncio.Protocol):
 class UpstreamResponse:
     """A model server's answer: status and headers at once, the body as it arrives."""
 
-    __slots__ = ("_chunks", "_complete", "_conn", "_error", "_keep_alive", "_put_back", "_waiter", "buffered",
-                 "head_done", "head_only", "raw_headers", "reason", "received", "sink", "status")
+    __slots__ = ("_chunks", "_complete", "_conn", "_error", "_keep_alive", "_passing", "_put_back", "_waiter",
+                 "buffered", "head_done", "head_only", "raw_headers", "reason", "received", "sink", "status")
 
     def __init__(self, put_back: Callable[[Connection], None], conn: Connection, head_only: bool) -> None:
         self._put_back, self._conn, self.head_only = put_back, conn, head_only
@@ -162,6 +163,7 @@ class UpstreamResponse:
         self._waiter: asyncio.Future[None] | None = None
         self.sink: Callable[[bytes], bool] | None = None
         """Takes body pieces as they arrive, while nothing is buffered (``False``: not now, buffer it)."""
+        self._passing: list[bytes] = []
 
     # ---- fed by the connection
     def headers_complete(self, status: int, keep_alive: bool) -> None:
@@ -174,9 +176,24 @@ class UpstreamResponse:
     def feed(self, data: bytes) -> None:
         if self._complete:
             return
+        if self.sink is not None and not self._chunks:
+            self._passing.append(data)  # handed to the sink when this read's bytes are all parsed
+            return
+        self._keep(data)
+
+    def pass_on(self) -> None:
+        """Give the sink the pieces that arrived in one read, together (one send to the client); what it
+        does not take is kept for ``read``. The relay's task is not woken for what it takes."""
+        passing = self._passing
+        if not passing:
+            return
+        data = passing[0] if len(passing) == 1 else b"".join(passing)
+        passing.clear()
         sink = self.sink
-        if sink is not None and not self._chunks and sink(data):
-            return  # passed on as it arrived: the relay's task is not woken for it
+        if sink is None or not sink(data):
+            self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
         self._chunks.append(data)
         self.buffered += len(data)
         if self.buffered > HIGH_WATER:

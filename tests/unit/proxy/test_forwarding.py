@@ -87,17 +87,24 @@ async def test_pieces_pass_straight_through_while_the_client_keeps_up_and_queue_
     upstream = UpstreamResponse(lambda _: None, Connection(("127.0.0.1", 1), lambda _: None), head_only=False)
     upstream.headers_complete(200, keep_alive=True)
     upstream.sink = writer.write_now
-    upstream.feed(b"a")  # the client keeps up: sent as it arrived
-    assert _pieces(transport.sends[1:]) == [b"a"]
+
+    def arrive(*pieces: bytes) -> None:
+        """Pieces parsed from one read of the upstream connection."""
+        for piece in pieces:
+            upstream.feed(piece)
+        upstream.pass_on()
+
+    arrive(b"a", b"a")  # the client keeps up: sent as they arrived, pieces of one read in one send
+    assert _pieces(transport.sends[1:]) == [b"aa"]
     link.pause()  # the client falls behind
-    upstream.feed(b"b")
+    arrive(b"b")
     link.resume()
-    upstream.feed(b"c")  # the client caught up, but "b" is still waiting: "c" queues behind it
-    assert _pieces(transport.sends[1:]) == [b"a"]
+    arrive(b"c")  # the client caught up, but "b" is still waiting: "c" queues behind it
+    assert _pieces(transport.sends[1:]) == [b"aa"]
     assert await upstream.read() == b"bc"
     await writer.write(b"bc")
-    upstream.feed(b"d")
+    arrive(b"d")
     link.gone()
-    upstream.feed(b"e")  # the client left: kept for the relay's task, which fails on writing it
-    assert _pieces(transport.sends[1:]) == [b"a", b"bc", b"d"]
-    assert writer.bytes_sent == 4 and await upstream.read() == b"e"
+    arrive(b"e")  # the client left: kept for the relay's task, which fails on writing it
+    assert _pieces(transport.sends[1:]) == [b"aa", b"bc", b"d"]
+    assert writer.bytes_sent == 5 and await upstream.read() == b"e"
