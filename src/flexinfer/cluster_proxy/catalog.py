@@ -74,11 +74,14 @@ class WatchCatalog:
         self._store = store
         self._index = EMPTY
         self._indexed = -1
+        self._views: dict[ModelKey, ModelView] = {}
+        """Views made since the store last changed: resolving a name on every request makes none."""
 
     def key(self, name: str) -> ModelKey | None:
         """The Model key a request name routes to, if any (``AmbiguousModelError`` for an ambiguous name)."""
         if self._indexed != self._store.version:
             self._index = ModelIndex.build(sorted(self._store.all(), key=_age_order))
+            self._views = {}
             self._indexed = self._store.version
         return self._index.lookup(name)
 
@@ -88,8 +91,14 @@ class WatchCatalog:
         return self._store.get(key) if key is not None else None
 
     def resolve(self, name: str) -> ModelView | None:
-        model = self.model(name)
-        return view(model) if model is not None else None
+        key = self.key(name)
+        made = self._views.get(key) if key is not None else None
+        if made is None:
+            model = self._store.get(key) if key is not None else None
+            if model is None:
+                return None
+            made = self._views[model.key] = view(model)
+        return made
 
     def models(self) -> Sequence[ModelView]:
         return [view(m) for m in sorted(self._store.all(), key=lambda m: m.key)]

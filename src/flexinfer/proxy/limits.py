@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from flexinfer.core.errors import ColdStartTimeoutError, RateLimitedError
 
@@ -84,8 +84,9 @@ def _limited(model: str, scope: str, wait: float) -> RateLimitExceededError:
 def effective_limit(proxy_limit: int, parallel: int | None) -> int:
     """The smaller of the proxy-wide cap and the model's parallel capacity, ignoring unset ones (0 or
     ``None``); 0 = unlimited."""
-    limits = [n for n in (proxy_limit, parallel or 0) if n > 0]
-    return min(limits) if limits else 0
+    if not parallel or parallel <= 0:
+        return max(proxy_limit, 0)
+    return min(proxy_limit, parallel) if proxy_limit > 0 else parallel
 
 
 class ConcurrencyLimiter:
@@ -104,28 +105,40 @@ class ConcurrencyLimiter:
         limit = effective_limit(self._limit, parallel)
         if limit <= 0:
             return _UNLIMITED
-        return self._held(model, limit, timeout, on_wait)
-
-    @asynccontextmanager
-    async def _held(self, model: str, limit: int, timeout: float,
-                    on_wait: Callable[[], None] | None) -> AsyncIterator[None]:
         held = self._slots.get(model)
         if held is None or held[0] != limit:  # first use, or the model's capacity changed
             held = self._slots[model] = (limit, asyncio.Semaphore(limit))
-        semaphore = held[1]
-        if on_wait is not None and semaphore.locked():
-            on_wait()
+        return _Held(model, limit, held[1], timeout, on_wait)
+
+
+class _Held:
+    """One slot of a model's semaphore for an ``async with`` block. A free slot is taken at once (no timer);
+    only a request that has to queue waits under the timeout."""
+
+    __slots__ = ("_limit", "_model", "_on_wait", "_semaphore", "_timeout")
+
+    def __init__(self, model: str, limit: int, semaphore: asyncio.Semaphore, timeout: float,
+                 on_wait: Callable[[], None] | None) -> None:
+        self._model, self._limit, self._semaphore, self._timeout = model, limit, semaphore, timeout
+        self._on_wait = on_wait
+
+    async def __aenter__(self) -> None:
+        semaphore = self._semaphore
+        if not semaphore.locked():
+            await semaphore.acquire()  # a slot is free: taken without suspending
+            return
+        if self._on_wait is not None:
+            self._on_wait()
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(self._timeout):
                 await semaphore.acquire()
         except TimeoutError:
             raise ColdStartTimeoutError(
-                f"Timeout waiting for a free slot on model '{model}' (limit {limit} concurrent requests)"
+                f"Timeout waiting for a free slot on model '{self._model}' (limit {self._limit} concurrent requests)"
             ) from None
-        try:
-            yield
-        finally:
-            semaphore.release()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._semaphore.release()
 
 
 class _Unlimited:
