@@ -101,3 +101,15 @@ def _store_with(*models: Model) -> ModelStore:
     store = ModelStore()
     store.replace_all(models)
     return store
+
+
+def test_a_view_is_reused_until_the_store_changes_and_then_shows_the_new_phase() -> None:
+    cat, store = catalog(model("m"))
+    first = cat.resolve("m")
+    assert first is not None and first.phase == "Idle" and cat.resolve("default/m") is first
+    ready = model_body("m")
+    ready["metadata"]["resourceVersion"] = "2"
+    ready["status"] = {"phase": "Ready"}
+    store.upsert(Model.model_validate(ready))
+    again = cat.resolve("m")
+    assert again is not None and again.phase == "Ready"
