@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -68,12 +69,24 @@ class _Writes(io.StringIO):
         return super().write(text)
 
 
-def test_lines_of_one_loop_iteration_are_written_together_after_it_and_in_order() -> None:
-    stream, log = _Writes(), logging.getLogger("flexinfer.test.batch")
+@pytest.fixture
+def batched() -> Iterator[tuple[_Writes, logging.Logger, TickWriter]]:
+    """A logger whose only handler is a ``TickWriter`` on a recording stream."""
+    stream, log = _Writes(), logging.getLogger("flexinfer.test.batched")
     handler = TickWriter(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     log.addHandler(handler)
     log.propagate = False
+    try:
+        yield stream, log, handler
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+
+
+def test_lines_of_one_loop_iteration_are_written_together_after_it_and_in_order(
+        batched: tuple[_Writes, logging.Logger, TickWriter]) -> None:
+    stream, log, _ = batched
     seen_during: list[list[str]] = []
 
     async def burst() -> None:
@@ -85,24 +98,17 @@ def test_lines_of_one_loop_iteration_are_written_together_after_it_and_in_order(
         log.warning("line 3")
         await asyncio.to_thread(log.warning, "from a thread")  # written at once, after the pending line
 
-    try:
-        log.warning("before the loop")  # no loop running: written at once
-        asyncio.run(burst())
-    finally:
-        log.removeHandler(handler)
-        log.propagate = True
+    log.warning("before the loop")  # no loop running: written at once
+    asyncio.run(burst())
     assert seen_during == [["before the loop\n"], ["before the loop\n", "line 0\nline 1\nline 2\n"]]
     assert stream.calls[2:] == ["line 3\nfrom a thread\n"]
     assert stream.getvalue().splitlines() == ["before the loop", "line 0", "line 1", "line 2", "line 3",
                                               "from a thread"]
 
 
-def test_a_line_pending_when_its_loop_closed_is_written_by_flush_and_by_the_next_loop() -> None:
-    stream, log = _Writes(), logging.getLogger("flexinfer.test.closed")
-    handler = TickWriter(stream)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    log.addHandler(handler)
-    log.propagate = False
+def test_a_line_pending_when_its_loop_closed_is_written_by_flush_and_by_the_next_loop(
+        batched: tuple[_Writes, logging.Logger, TickWriter]) -> None:
+    stream, log, handler = batched
     loop = asyncio.new_event_loop()
 
     async def one(text: str) -> None:
@@ -112,18 +118,14 @@ def test_a_line_pending_when_its_loop_closed_is_written_by_flush_and_by_the_next
         asyncio.get_running_loop().stop()  # this is the loop's last iteration: its flush never runs
         log.warning(text)
 
-    try:
-        loop.run_until_complete(last("first"))
-        loop.close()
-        assert stream.calls == []
-        asyncio.run(one("second"))  # a new loop schedules its own flush
-        assert stream.getvalue().splitlines() == ["first", "second"]
-        loop = asyncio.new_event_loop()
-        loop.run_until_complete(last("third"))
-        loop.close()
-        assert stream.getvalue().splitlines() == ["first", "second"]
-        handler.flush()  # shutdown's flush
-    finally:
-        log.removeHandler(handler)
-        log.propagate = True
+    loop.run_until_complete(last("first"))
+    loop.close()
+    assert stream.calls == []
+    asyncio.run(one("second"))  # a new loop schedules its own flush
+    assert stream.getvalue().splitlines() == ["first", "second"]
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(last("third"))
+    loop.close()
+    assert stream.getvalue().splitlines() == ["first", "second"]
+    handler.flush()  # shutdown's flush
     assert stream.getvalue().splitlines() == ["first", "second", "third"]

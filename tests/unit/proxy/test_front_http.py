@@ -5,8 +5,10 @@ a chunked request body, an over-long head, an upgrade offer, HEAD, and the keep-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -172,45 +174,10 @@ async def test_a_defect_in_a_handler_is_a_500_envelope_and_one_logged_traceback(
     writer.close()
 
 
-async def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy) -> None:
-    """32 MiB streamed to a client that reads nothing: the proxy must not buffer it (the upstream cannot
-    finish) until the client reads, and then every byte arrives."""
-    piece, count, done = b"x" * (256 << 10), 128, asyncio.Event()
-
-    async def stream(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-        await response.prepare(request)
-        for _ in range(count):
-            await response.write(piece)
-        await response.write_eof()
-        done.set()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/files", stream)
-    async with TestServer(app) as upstream:
-        proxy = await make_proxy()
-        proxy.activator.base_url = str(upstream.make_url("")).rstrip("/")
-        reader, writer = await _open(proxy.url)
-        writer.write(_post(path=b"/v1/files"))
-        with pytest.raises(TimeoutError):  # held back by the client, not buffered in the proxy
-            await asyncio.wait_for(done.wait(), 3)
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        received = 0
-        while received < len(piece) * count:
-            size = int((await asyncio.wait_for(reader.readline(), 10)).strip(), 16)
-            received += len(await asyncio.wait_for(reader.readexactly(size + 2), 10)) - 2
-        assert received == len(piece) * count and done.is_set()
-        writer.close()
-
-
-async def test_a_large_stream_arrives_byte_for_byte_in_order(make_proxy) -> None:
-    """4 MiB of numbered pieces, passed on from the upstream connection as they arrive, the client reading
-    nothing until half were sent, arrive byte for byte in order (queueing behind a slow client:
-    ``test_forwarding.py``)."""
-    pieces = [f"{n:08d}".encode() * 512 for n in range(1024)]
-    half = asyncio.Event()
+@contextlib.asynccontextmanager
+async def _streamed_file(make_proxy, pieces: list[bytes],
+                         sent: Callable[[int], None]) -> AsyncIterator[asyncio.StreamReader]:
+    """A client of the proxy that posted to an upstream streaming ``pieces`` (``sent(n)`` after each one)."""
 
     async def stream(request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -218,8 +185,7 @@ async def test_a_large_stream_arrives_byte_for_byte_in_order(make_proxy) -> None
         await response.prepare(request)
         for n, piece in enumerate(pieces):
             await response.write(piece)
-            if n == len(pieces) // 2:
-                half.set()
+            sent(n + 1)
         await response.write_eof()
         return response
 
@@ -230,13 +196,36 @@ async def test_a_large_stream_arrives_byte_for_byte_in_order(make_proxy) -> None
         proxy.activator.base_url = str(upstream.make_url("")).rstrip("/")
         reader, writer = await _open(proxy.url)
         writer.write(_post(path=b"/v1/files"))
-        await asyncio.wait_for(half.wait(), 10)  # the client has read nothing so far
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        body = bytearray()
-        while size := int((await asyncio.wait_for(reader.readline(), 10)).strip(), 16):
-            body += (await asyncio.wait_for(reader.readexactly(size + 2), 10))[:-2]
-        assert bytes(body) == b"".join(pieces)
+        yield reader
         writer.close()
+
+
+async def _chunked_body(reader: asyncio.StreamReader) -> bytes:
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    body = bytearray()
+    while size := int((await asyncio.wait_for(reader.readline(), 10)).strip(), 16):
+        body += (await asyncio.wait_for(reader.readexactly(size + 2), 10))[:-2]
+    return bytes(body)
+
+
+async def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy) -> None:
+    """32 MiB streamed to a client that reads nothing: the proxy must not buffer it (the upstream cannot
+    finish) until the client reads, and then every byte arrives."""
+    pieces, done = [b"x" * (256 << 10)] * 128, asyncio.Event()
+    async with _streamed_file(make_proxy, pieces, lambda n: done.set() if n == len(pieces) else None) as reader:
+        with pytest.raises(TimeoutError):  # held back by the client, not buffered in the proxy
+            await asyncio.wait_for(done.wait(), 3)
+        assert len(await _chunked_body(reader)) == len(pieces[0]) * len(pieces) and done.is_set()
+
+
+async def test_a_large_stream_arrives_byte_for_byte_in_order(make_proxy) -> None:
+    """4 MiB of numbered pieces, passed on from the upstream connection as they arrive, the client reading
+    nothing until half were sent, arrive byte for byte in order (queueing behind a slow client:
+    ``test_forwarding.py``)."""
+    pieces, half = [f"{n:08d}".encode() * 512 for n in range(1024)], asyncio.Event()
+    async with _streamed_file(make_proxy, pieces, lambda n: half.set() if n > len(pieces) // 2 else None) as reader:
+        await asyncio.wait_for(half.wait(), 10)  # the client has read nothing so far
+        assert await _chunked_body(reader) == b"".join(pieces)
 
 
 async def test_a_client_that_leaves_mid_answer_is_logged_as_499(make_proxy, fake, caplog) -> None:
