@@ -1,6 +1,8 @@
 """A lean HTTP/1.1 client for the proxy's upstream calls, the connection half: one write per request (head and
 body together), responses parsed by ``httptools`` (llhttp) in an asyncio protocol and handed to the relay chunk by
-chunk as they arrive. The pool of keep-alive connections per model server is ``upstream_pool``.
+chunk as they arrive. Once the relay sets a response's ``sink`` (the client's writer), the pieces of each read
+go straight to it from the read callback while it takes them, and only what it refuses is buffered for
+``read()``. The pool of keep-alive connections per model server is ``upstream_pool``.
 
 Why not ``aiohttp.ClientSession``: its per-request machinery (request/response objects, cookie jar, auto
 headers, timers, connector bookkeeping) was the largest Python cost on the proxy's hot path. This client
