@@ -137,20 +137,14 @@ class Forwarder:
         response = await reply.start_mirror(
             upstream.status, upstream.reason, _mirrored_headers(upstream.raw_headers), upstream.content_length,
         )
-        # Pieces go to the client from the upstream connection's callback while the client keeps up; this task
-        # only writes what was buffered meanwhile (the client fell behind, or it arrived with the head).
-        upstream.sink = response.write_now
-        try:
-            while True:
-                try:
-                    chunk = await upstream.read()
-                except UpstreamBodyError:
-                    raise UpstreamError("model server failed mid-response") from None
-                if not chunk:
-                    return
-                await response.write(chunk)
-        finally:
-            upstream.sink = None
+        while True:
+            try:
+                chunk = await upstream.read()
+            except UpstreamBodyError:
+                raise UpstreamError("model server failed mid-response") from None
+            if not chunk:
+                return
+            await response.write(chunk)
 
 
 async def _relayed_error(upstream: UpstreamResponse) -> UpstreamStatusError:

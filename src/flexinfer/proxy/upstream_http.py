@@ -1,8 +1,6 @@
 """A lean HTTP/1.1 client for the proxy's upstream calls, the connection half: one write per request (head and
 body together), responses parsed by ``httptools`` (llhttp) in an asyncio protocol and handed to the relay chunk by
-chunk as they arrive. Once the relay sets a response's ``sink`` (the client's writer), the pieces of each read
-go straight to it from the read callback while it takes them, and only what it refuses is buffered for
-``read()``. The pool of keep-alive connections per model server is ``upstream_pool``.
+chunk as they arrive. The pool of keep-alive connections per model server is ``upstream_pool``.
 
 Why not ``aiohttp.ClientSession``: its per-request machinery (request/response objects, cookie jar, auto
 headers, timers, connector bookkeeping) was the largest Python cost on the proxy's hot path. This client
@@ -73,7 +71,6 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             response.fail(exc)
             self.close()
-        response.pass_on()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -151,8 +148,8 @@ class Connection(asyncio.Protocol):
 class UpstreamResponse:
     """A model server's answer: status and headers at once, the body as it arrives."""
 
-    __slots__ = ("_chunks", "_complete", "_conn", "_error", "_keep_alive", "_passing", "_put_back", "_waiter",
-                 "buffered", "head_done", "head_only", "raw_headers", "reason", "received", "sink", "status")
+    __slots__ = ("_chunks", "_complete", "_conn", "_error", "_keep_alive", "_put_back", "_waiter", "buffered",
+                 "head_done", "head_only", "raw_headers", "reason", "received", "status")
 
     def __init__(self, put_back: Callable[[Connection], None], conn: Connection, head_only: bool) -> None:
         self._put_back, self._conn, self.head_only = put_back, conn, head_only
@@ -163,9 +160,6 @@ class UpstreamResponse:
         self.buffered = 0
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self.sink: Callable[[bytes], bool] | None = None
-        """Takes body pieces as they arrive, while nothing is buffered (``False``: not now, buffer it)."""
-        self._passing: list[bytes] = []
 
     # ---- fed by the connection
     def headers_complete(self, status: int, keep_alive: bool) -> None:
@@ -178,24 +172,6 @@ class UpstreamResponse:
     def feed(self, data: bytes) -> None:
         if self._complete:
             return
-        if self.sink is not None and not self._chunks:
-            self._passing.append(data)  # handed to the sink when this read's bytes are all parsed
-            return
-        self._keep(data)
-
-    def pass_on(self) -> None:
-        """Give the sink the pieces that arrived in one read, together (one send to the client); what it
-        does not take is kept for ``read``. The relay's task is not woken for what it takes."""
-        passing = self._passing
-        if not passing:
-            return
-        data = passing[0] if len(passing) == 1 else b"".join(passing)
-        passing.clear()
-        sink = self.sink
-        if sink is None or not sink(data):
-            self._keep(data)
-
-    def _keep(self, data: bytes) -> None:
         self._chunks.append(data)
         self.buffered += len(data)
         if self.buffered > HIGH_WATER:

@@ -14,7 +14,6 @@ from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.front.message import Link, ResponseWriter
 from flexinfer.proxy.hooks import NullTracer
 from flexinfer.proxy.streaming import Reply
-from flexinfer.proxy.upstream_http import Connection, UpstreamResponse
 from support.fake_openai import FakeOpenAI
 from support.polling import eventually
 
@@ -67,44 +66,3 @@ async def test_a_stream_is_still_sent_as_it_arrives(fake: FakeOpenAI) -> None:
     fake.hold_after_first_chunk.set()
     sends = await relaying
     assert b"data: [DONE]" in b"".join(sends) and len(sends) > 1
-
-
-def _pieces(sends: list[bytes]) -> list[bytes]:
-    """The body pieces of chunked sends (``<size>\\r\\n<data>\\r\\n`` each)."""
-    pieces = []
-    for sent in sends:
-        size, _, rest = sent.partition(b"\r\n")
-        assert rest == rest[:int(size, 16)] + b"\r\n"
-        pieces.append(rest[:-2])
-    return pieces
-
-
-async def test_pieces_pass_straight_through_while_the_client_keeps_up_and_queue_in_order_when_it_does_not() -> None:
-    transport = SentToClient()
-    link = Link(transport)
-    writer = ResponseWriter(link, http10=False, keep_alive=True, head_only=False)
-    await writer.start(200, None, [("Content-Type", "text/event-stream")])
-    upstream = UpstreamResponse(lambda _: None, Connection(("127.0.0.1", 1), lambda _: None), head_only=False)
-    upstream.headers_complete(200, keep_alive=True)
-    upstream.sink = writer.write_now
-
-    def arrive(*pieces: bytes) -> None:
-        """Pieces parsed from one read of the upstream connection."""
-        for piece in pieces:
-            upstream.feed(piece)
-        upstream.pass_on()
-
-    arrive(b"a", b"a")  # the client keeps up: sent as they arrived, pieces of one read in one send
-    assert _pieces(transport.sends[1:]) == [b"aa"]
-    link.pause()  # the client falls behind
-    arrive(b"b")
-    link.resume()
-    arrive(b"c")  # the client caught up, but "b" is still waiting: "c" queues behind it
-    assert _pieces(transport.sends[1:]) == [b"aa"]
-    assert await upstream.read() == b"bc"
-    await writer.write(b"bc")
-    arrive(b"d")
-    link.gone()
-    arrive(b"e")  # the client left: kept for the relay's task, which fails on writing it
-    assert _pieces(transport.sends[1:]) == [b"aa", b"bc", b"d"]
-    assert writer.bytes_sent == 5 and await upstream.read() == b"e"

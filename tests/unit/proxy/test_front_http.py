@@ -219,9 +219,8 @@ async def test_a_client_that_stops_reading_holds_the_upstream_back(make_proxy) -
 
 
 async def test_a_large_stream_arrives_byte_for_byte_in_order(make_proxy) -> None:
-    """4 MiB of numbered pieces, passed on from the upstream connection as they arrive, the client reading
-    nothing until half were sent, arrive byte for byte in order (queueing behind a slow client:
-    ``test_forwarding.py``)."""
+    """4 MiB of numbered pieces, the client reading nothing until half were sent, arrive byte for byte in
+    order."""
     pieces, half = [f"{n:08d}".encode() * 512 for n in range(1024)], asyncio.Event()
     async with _streamed_file(make_proxy, pieces, lambda n: half.set() if n > len(pieces) // 2 else None) as reader:
         await asyncio.wait_for(half.wait(), 10)  # the client has read nothing so far

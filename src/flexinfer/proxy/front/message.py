@@ -24,8 +24,6 @@ from flexinfer.core.errors import PayloadTooLargeError
 
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
 _NO_BODY = frozenset({204, 304})
-_JOINED = 16384
-"""A body shorter than this is sent joined to its head (one buffer is cheaper to send than two)."""
 _date_cache: list[object] = [0, b""]
 
 
@@ -187,10 +185,7 @@ class ResponseWriter:
     async def whole(self, status: int, reason: str | None, headers: Iterable[tuple[str, str]], body: bytes) -> None:
         """Send a complete answer (head and body in one send) and end it."""
         head = self._head(status, reason, headers, None if status in _NO_BODY else len(body))
-        if self._head_only or not body or status in _NO_BODY:
-            self._send((head,))
-        else:
-            self._send((head + body,) if len(body) < _JOINED else (head, body))
+        self._send((head,) if self._head_only or not body or status in _NO_BODY else (head, body))
         self.bytes_sent, self.done = len(body), True
         if not self._link.settled:
             await self._link.drain()
@@ -203,18 +198,6 @@ class ResponseWriter:
         self._send((b"%x\r\n" % len(data), data, b"\r\n") if self._chunked else (data,))
         if not self._link.settled:
             await self._link.drain()
-
-    def write_now(self, data: bytes) -> bool:
-        """Send one piece of the body now if the client keeps up; ``False`` (nothing sent): it does not, or it
-        went away, and the caller keeps the piece for ``write``. Never raises: it runs in the upstream
-        connection's callbacks, outside the request's task."""
-        link = self._link
-        if not link.settled or link.transport.is_closing():
-            return False
-        if data and not self._head_only:
-            self.bytes_sent += len(data)
-            link.transport.writelines((b"%x\r\n" % len(data), data, b"\r\n") if self._chunked else (data,))
-        return True
 
     async def write_eof(self) -> None:
         """End the body."""
