@@ -23,6 +23,8 @@ access_log = logging.getLogger("flexinfer.access")
 LATEST = 0.05
 """Seconds a queued line may wait when no request is forwarded meanwhile."""
 LINE = "%s %s model=%s status=%s queue_wait=%.3fs upstream=%s duration=%.3fs bytes=%d stream=%s request_id=%s"
+
+
 class Entry(NamedTuple):
     """One request's line, to be made now or later."""
 
