@@ -24,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.real_node import NAMESPACE, ApiWatch, RealNode, record, shared_models_manifest, wait_for
 
 REQUEST_TIMEOUT_S = 300.0
+WATCH_LAG_S = 1.0
+"""How far apart the manager's own histogram sample and this test's watched timestamps may be."""
 
 
 @pytest.fixture(scope="module")
@@ -145,11 +147,13 @@ def test_cold_start_then_swap_loses_nothing(node: RealNode, models: None, watch:
     samples = manager_metrics(node)
     assert samples[("flexinfer_model_cold_start_duration_seconds_count", "tiny-a")] == 1
     assert samples[("flexinfer_model_swap_duration_seconds_count", "tiny-b")] == 1
-    # The samples are the decision → Ready times this test saw through its own API watch, within 100 ms.
+    # The samples are the decision → Ready times this test saw through its own API watch. The two observers
+    # differ by the API server's write and watch delivery to this busy process (up to 0.5 s seen on a loaded
+    # 2-core CI machine), far below the seconds a wrong start or end point would add.
     assert cold_ready is not None and swap_decision is not None and swap_ready is not None
     record("cold start decision -> Ready (watched)", cold_ready - cold_decision)
     record("swap decision -> Ready (watched)", swap_ready - swap_decision)
     cold_sample = samples[("flexinfer_model_cold_start_duration_seconds_sum", "tiny-a")]
     swap_sample = samples[("flexinfer_model_swap_duration_seconds_sum", "tiny-b")]
-    assert abs(cold_sample - (cold_ready - cold_decision)) <= 0.1, (cold_sample, cold_ready - cold_decision)
-    assert abs(swap_sample - (swap_ready - swap_decision)) <= 0.1, (swap_sample, swap_ready - swap_decision)
+    assert abs(cold_sample - (cold_ready - cold_decision)) <= WATCH_LAG_S, (cold_sample, cold_ready - cold_decision)
+    assert abs(swap_sample - (swap_ready - swap_decision)) <= WATCH_LAG_S, (swap_sample, swap_ready - swap_decision)
