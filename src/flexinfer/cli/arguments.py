@@ -65,11 +65,13 @@ def add_listen_arguments(parser: argparse.ArgumentParser, default_host: str) -> 
 
 def start_logging(args: argparse.Namespace, env: Mapping[str, str]) -> None:
     """Install the log handler the flags and environment ask for (``ConfigError`` for a bad variable)."""
-    from flexinfer.observability.log_setup import configure_logging
+    from flexinfer.observability.log_setup import configure_logging, info_lines
     from flexinfer.observability.logging_config import log_settings
+    from flexinfer.proxy.access_log import write_lines_with
 
     configure_logging(log_settings(env, level=args.log_level, format=args.log_format,
                                    access_log=getattr(args, "access_log", None)))
+    write_lines_with(info_lines)
 
 
 def duration(text: str) -> float:

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from opentelemetry import trace
@@ -53,16 +54,24 @@ class _SecondCache(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
             return super().formatTime(record, datefmt)
+        return self.asctime(record.created, record.msecs)
+
+    def asctime(self, created: float, msecs: float) -> str:
+        """``asctime`` of a record made at ``created`` (``msecs`` as ``LogRecord`` computes it)."""
         second, text = self._cached
-        if second != int(record.created):
-            second = int(record.created)
-            text = time.strftime(self.default_time_format, self.converter(record.created))
+        if second != int(created):
+            second = int(created)
+            text = time.strftime(self.default_time_format, self.converter(created))
             self._cached = (second, text)
-        return f"{text},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
+        return f"{text},{int(msecs):03d}"  # logging.Formatter.default_msec_format
 
 
 class _TextFormatter(_SecondCache, logging.Formatter):
     """``text`` lines."""
+
+    def info_line(self, logger: str, created: float, message: str) -> str:
+        """The line ``format`` makes of an INFO record of ``logger`` with ``message`` made at ``created``."""
+        return f"{self.asctime(created, int((created - int(created)) * 1000))} INFO {logger}: {message}"
 
 
 class _JsonFormatter(_SecondCache, JsonFormatter):
@@ -84,6 +93,10 @@ class TickWriter(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
+        self._queue(line)
+
+    def _queue(self, line: str) -> None:
+        """Write ``line`` with this loop iteration's lines, or at once off a loop (the caller holds the lock)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -111,6 +124,33 @@ class TickWriter(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:  # a closed pipe or a full disk: logging's own rule is to carry on
             if logging.raiseExceptions and sys.__stderr__ is not None:
                 sys.__stderr__.write(f"--- {len(pending) + bool(line)} log line(s) lost: the log stream failed\n")
+
+
+def info_lines(logger: logging.Logger) -> Callable[[list[tuple[float, str]]], None] | None:
+    """A writer of finished INFO lines of ``logger`` (``(created, message)`` pairs), for a logger that writes
+    many (the access log): the lines ``logger.info`` would give, without a record, a filter or a format call
+    each. ``None`` unless this module's ``text`` handler is the only one its records reach and no filter or
+    level on the way could drop or change them (a test's capture handler, say, gets records as usual)."""
+    handlers: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        handlers += current.handlers
+        current = current.parent if current.propagate else None
+    if logger.filters or len(handlers) != 1 or not logger.isEnabledFor(logging.INFO):
+        return None
+    handler = handlers[0]
+    text = handler.formatter
+    if type(handler) is not TickWriter or handler.filters or handler.level > logging.INFO \
+            or type(text) is not _TextFormatter:
+        return None
+    name, terminator = logger.name, handler.terminator
+
+    def write(lines: list[tuple[float, str]]) -> None:
+        made = "".join([text.info_line(name, created, message) + terminator for created, message in lines])
+        with handler.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+            handler._queue(made)
+
+    return write
 
 
 def formatter(format: str) -> logging.Formatter:

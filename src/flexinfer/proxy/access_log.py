@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 access_log = logging.getLogger("flexinfer.access")
@@ -76,6 +77,12 @@ class AccessLog:
     def write(self) -> None:
         """Hand every queued line to logging now, in order."""
         pending, self._pending = self._pending, []
+        if not pending:
+            return
+        write = _Installed.info_lines(access_log)
+        if write is not None:
+            write([(line.ended, LINE % _arguments(line)) for line in pending])
+            return
         for line in pending:
             _emit(line)
 
@@ -88,15 +95,41 @@ class AccessLog:
         self.write()
 
 
+InfoLines = Callable[[logging.Logger], Callable[[list[tuple[float, str]]], None] | None]
+"""Given a logger, a writer of its finished INFO lines as ``(created, message)`` pairs, or ``None`` when its
+records must go through logging (``observability.log_setup.info_lines``)."""
+
+
+def _through_logging(logger: logging.Logger) -> None:
+    """No writer: every line is a record handed to logging."""
+
+
+class _Installed:
+    """What ``write_lines_with`` installed."""
+
+    info_lines: InfoLines = _through_logging
+
+
+def write_lines_with(info_lines: InfoLines) -> None:
+    """Queued lines are written through ``info_lines`` whenever it offers a writer (the commands install
+    ``log_setup.info_lines`` with their log handler: ``text`` lines then skip making a record each)."""
+    _Installed.info_lines = info_lines
+
+
+def _arguments(line: Entry) -> tuple[object, ...]:
+    """``LINE``'s arguments."""
+    method, path, model, status, waited, upstream, elapsed, sent, stream, request_id, _ = line
+    return (method, path, model, status, waited, "-" if upstream is None else f"{upstream:.3f}s", elapsed, sent,
+            "true" if stream else "false", request_id)
+
+
 def _emit(line: Entry) -> None:
     """Hand one line's record to logging."""
     method, path, model, status, waited, upstream, elapsed, sent, stream, request_id, ended = line
     fields = {"model": model, "status": status, "method": method, "path": path, "queue_wait_s": round(waited, 4),
               "upstream_s": None if upstream is None else round(upstream, 4), "duration_s": round(elapsed, 4),
               "bytes": sent, "stream": stream, "request_id": request_id}
-    args = (method, path, model, status, waited, "-" if upstream is None else f"{upstream:.3f}s", elapsed, sent,
-            "true" if stream else "false", request_id)
-    access_log.handle(AccessRecord(args, fields, ended))
+    access_log.handle(AccessRecord(_arguments(line), fields, ended))
 
 
 class AccessRecord(logging.LogRecord):

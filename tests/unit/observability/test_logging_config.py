@@ -12,7 +12,14 @@ from collections.abc import Iterator
 import pytest
 
 from flexinfer.core.errors import ConfigError
-from flexinfer.observability.log_setup import TEXT_FORMAT, TickWriter, configure_logging, formatter
+from flexinfer.observability.log_setup import (
+    TEXT_FORMAT,
+    TickWriter,
+    TraceContextFilter,
+    configure_logging,
+    formatter,
+    info_lines,
+)
 from flexinfer.observability.logging_config import LogSettings, log_settings
 
 
@@ -129,3 +136,66 @@ def test_a_line_pending_when_its_loop_closed_is_written_by_flush_and_by_the_next
     assert stream.getvalue().splitlines() == ["first", "second"]
     handler.flush()  # shutdown's flush
     assert stream.getvalue().splitlines() == ["first", "second", "third"]
+
+
+def test_info_lines_are_offered_only_when_the_text_handler_alone_would_see_the_records() -> None:
+    log = logging.getLogger("flexinfer.test.lines")
+    handler = TickWriter(io.StringIO())
+    handler.setFormatter(formatter("text"))
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    try:
+        assert info_lines(log) is not None
+        log.addFilter(lambda record: True)
+        assert info_lines(log) is None, "a filter on the logger may drop or change records"
+        log.filters.clear()
+        handler.addFilter(TraceContextFilter())
+        assert info_lines(log) is None, "so may one on the handler"
+        handler.filters.clear()
+        handler.setFormatter(formatter("json"))
+        assert info_lines(log) is None, "json lines carry each record's fields"
+        handler.setFormatter(formatter("text"))
+        log.propagate = True  # the root's handlers (a test's capture) see the records as well
+        assert info_lines(log) is None
+        log.propagate = False
+        log.setLevel(logging.WARNING)
+        assert info_lines(log) is None
+        log.setLevel(logging.INFO)
+        log.disabled = True  # the access switch
+        assert info_lines(log) is None
+    finally:
+        log.removeHandler(handler)
+        log.propagate, log.disabled = True, False
+        log.setLevel(logging.NOTSET)
+
+
+def test_info_lines_are_the_lines_logging_writes_and_go_out_with_the_pending_ones() -> None:
+    stream, log = _Writes(), logging.getLogger("flexinfer.test.lines")
+    handler = TickWriter(stream)
+    handler.setFormatter(formatter("text"))
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    created = (1_700_000_000.0015, 1_700_000_001.999)
+    try:
+        for when in created:
+            record = log.makeRecord(log.name, logging.INFO, __file__, 1, "line %s", (when,), None)
+            record.created, record.msecs = when, int((when - int(when)) * 1000) + 0.0
+            log.handle(record)
+        write = info_lines(log)
+        assert write is not None
+
+        async def in_loop() -> None:
+            log.info("pending")
+            write([(when, f"line {when}") for when in created])
+            assert len(stream.calls) == 2, "written with this iteration's lines, after it"
+
+        asyncio.run(in_loop())
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+        log.setLevel(logging.NOTSET)
+    *through_logging, direct = stream.calls
+    assert direct.endswith("".join(through_logging))
+    assert direct.splitlines()[0].endswith("INFO flexinfer.test.lines: pending")

@@ -5,14 +5,16 @@ written by ``write`` (shutdown) and by the proxy when it forwards."""
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
 
 import pytest
 from tests.support.polling import eventually
 
+from flexinfer.observability.log_setup import TickWriter, formatter, info_lines
 from flexinfer.proxy import access_log as access_log_module
-from flexinfer.proxy.access_log import LATEST, LINE, AccessLog, AccessRecord, Entry
+from flexinfer.proxy.access_log import LATEST, LINE, AccessLog, AccessRecord, Entry, write_lines_with
 
 
 def _entry(n: int, ended: float) -> Entry:
@@ -70,3 +72,35 @@ def test_an_access_record_holds_what_make_record_would_with_the_request_end_as_i
     assert {k: v for k, v in ours.items() if k not in times} == {k: v for k, v in stock.items() if k not in times}
     assert (ours["created"], ours["msecs"]) == (ended, 250.0)
     assert ours["relativeCreated"] == (ended - logging._startTime) * 1000  # type: ignore[attr-defined]
+
+
+async def test_a_writer_offered_for_text_lines_writes_what_logging_would() -> None:
+    log, stream = logging.getLogger("flexinfer.access"), io.StringIO()
+    handler = TickWriter(stream)
+    handler.setFormatter(formatter("text"))
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    ended = time.time()
+    written = []
+    try:
+        assert info_lines(log) is not None, "the handler alone sees the access records: lines may skip logging"
+        for writer in (None, info_lines):  # through logging, then with the commands' writer
+            if writer is not None:
+                write_lines_with(writer)
+            access = AccessLog(deferred=True)
+            access.add(_entry(1, ended))
+            access.add(_entry(2, ended + 0.5)._replace(upstream=None, stream=True))
+            access.write()
+            handler.flush()
+            written.append(stream.getvalue())
+            stream.seek(0)
+            stream.truncate()
+    finally:
+        write_lines_with(access_log_module._through_logging)
+        log.removeHandler(handler)
+        log.propagate = True
+        log.setLevel(logging.NOTSET)
+    through_logging, direct = written
+    assert direct == through_logging
+    assert "upstream=- duration=0.003s bytes=19 stream=true request_id=rid-2\n" in direct
