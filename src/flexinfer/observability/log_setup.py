@@ -129,19 +129,19 @@ class TickWriter(logging.StreamHandler):  # type: ignore[type-arg]
 def info_lines(logger: logging.Logger) -> Callable[[list[tuple[float, str]]], None] | None:
     """A writer of finished INFO lines of ``logger`` (``(created, message)`` pairs), for a logger that writes
     many (the access log): the lines ``logger.info`` would give, without a record, a filter or a format call
-    each. ``None`` unless this module's ``text`` handler is the only one its records reach and no filter or
-    level on the way could drop or change them (a test's capture handler, say, gets records as usual)."""
+    each. ``None`` unless this module's ``text`` handler is the only one its INFO records reach (a handler for
+    warnings and errors only does not count) and no filter could drop or change them (a test's capture handler,
+    say, gets records as usual)."""
     handlers: list[logging.Handler] = []
     current: logging.Logger | None = logger
     while current is not None:
-        handlers += current.handlers
+        handlers += [handler for handler in current.handlers if handler.level <= logging.INFO]
         current = current.parent if current.propagate else None
     if logger.filters or len(handlers) != 1 or not logger.isEnabledFor(logging.INFO):
         return None
     handler = handlers[0]
     text = handler.formatter
-    if type(handler) is not TickWriter or handler.filters or handler.level > logging.INFO \
-            or type(text) is not _TextFormatter:
+    if type(handler) is not TickWriter or handler.filters or type(text) is not _TextFormatter:
         return None
     name, terminator = logger.name, handler.terminator
 

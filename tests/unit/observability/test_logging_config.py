@@ -145,8 +145,10 @@ def test_info_lines_are_offered_only_when_the_text_handler_alone_would_see_the_r
     log.addHandler(handler)
     log.propagate = False
     log.setLevel(logging.INFO)
+    errors_only = logging.Handler(logging.WARNING)
+    log.addHandler(errors_only)
     try:
-        assert info_lines(log) is not None
+        assert info_lines(log) is not None, "a handler for warnings and up never sees the lines"
         log.addFilter(lambda record: True)
         assert info_lines(log) is None, "a filter on the logger may drop or change records"
         log.filters.clear()
@@ -164,7 +166,11 @@ def test_info_lines_are_offered_only_when_the_text_handler_alone_would_see_the_r
         log.setLevel(logging.INFO)
         log.disabled = True  # the access switch
         assert info_lines(log) is None
+        log.disabled = False
+        errors_only.setLevel(logging.INFO)
+        assert info_lines(log) is None
     finally:
+        log.removeHandler(errors_only)
         log.removeHandler(handler)
         log.propagate, log.disabled = True, False
         log.setLevel(logging.NOTSET)
