@@ -2,7 +2,7 @@
 through nginx, with ``wrk``; prints added latency, throughput ratio and the proxy's CPU per request.
 
     python bench/proxy_overhead.py [--duration 3] [--rounds 2] [--baseline-src OTHER/src] [--litellm BIN]
-                                   [--in-cluster]
+                                   [--in-cluster] [--floor] [--traced]
 
 ``serve`` runs two ``spec.config.command`` models whose command is this script's minimal aiohttp upstream
 (``--role upstream``): ``bench`` (no body rewrite) and ``bench-rw`` (``servedModelName`` differs, so the body's
@@ -11,7 +11,9 @@ through nginx, with ``wrk``; prints added latency, throughput ratio and the prox
 ``--baseline-src`` adds a second ``serve`` running another source tree (A/B in one run), ``--litellm`` LiteLLM's
 proxy, ``--in-cluster`` the in-cluster ``flexinfer proxy`` against a real kube-apiserver with the same two
 Models Ready at that upstream (target ``proxy``, set up by ``bench/incluster_target.py``), ``--floor`` the
-minimal relay of ``bench/minimal_relay.py`` (FlexInfer's parsing and upstream pool without its features).
+minimal relay of ``bench/minimal_relay.py`` (FlexInfer's parsing and upstream pool without its features),
+``--traced`` a ``serve`` with tracing on (``FLEXINFER_OTEL_ENABLED``) exporting to the test suite's OTLP/HTTP
+receiver, run in this process.
 Scenarios: JSON at c=1 and c=64, a 64-chunk SSE stream at c=16, 100 KB and 1 MB prompts at c=1 (through
 ``bench-rw`` for the proxies), and JSON at c=1 and c=64 again while 2,000 idle keep-alive client connections
 (each has made one request) stay open to the target. Runs are interleaved (every target once per round, then
@@ -39,6 +41,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SSE_CHUNKS = 64
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -127,6 +130,14 @@ class Target:
         return total / _TICK
 
 
+def _otlp_receiver() -> Any:
+    """The test suite's OTLP/HTTP receiver (protobuf decoded, every span kept), for the ``traced`` target."""
+    sys.path.insert(0, str(SRC.parent / "tests"))
+    from support.otlp_receiver import OTLPReceiver
+
+    return OTLPReceiver()
+
+
 def _manifests(directory: Path) -> Path:
     weights = directory / "weights.bin"
     weights.write_bytes(b"w")
@@ -143,10 +154,10 @@ def _manifests(directory: Path) -> Path:
     return path
 
 
-def _start_serve(name: str, src: Path, manifests: Path, state: Path) -> Target:
+def _start_serve(name: str, src: Path, manifests: Path, state: Path, extra_env: dict[str, str] | None = None) -> Target:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(src), "FLEXINFER_STATE_DIR": str(state),
-           "FLEXINFER_SHM_ROOT": str(state / "shm")}
+           "FLEXINFER_SHM_ROOT": str(state / "shm"), **(extra_env or {})}
     state.mkdir(parents=True, exist_ok=True)
     with (state / "serve.log").open("wb") as log:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen([sys.executable, "-m", "flexinfer.cli.main", "serve", "-f", str(manifests),
@@ -372,6 +383,10 @@ def _orchestrate(args: argparse.Namespace) -> int:
                 targets.append(_start_serve("baseline", Path(args.baseline_src).resolve(), manifests,
                                             directory / "state-baseline"))
             targets.append(serve)
+            if args.traced:
+                receiver = stack.enter_context(_otlp_receiver())
+                targets.append(_start_serve("traced", SRC, manifests, directory / "state-traced", {
+                    "FLEXINFER_OTEL_ENABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}))
             if args.in_cluster:  # stopped by the targets' `finally`, then its apiserver by the exit stack
                 from incluster_target import in_cluster_proxy
 
@@ -384,6 +399,8 @@ def _orchestrate(args: argparse.Namespace) -> int:
             scenarios = [s for s in SCENARIOS if not args.only or any(part in s.name for part in args.only)]
             results = _measure(targets, scenarios, directory, args.duration, args.rounds)
             _report(results, targets, scenarios)
+            if args.traced:
+                print(f"traced: {len(receiver.spans())} spans received by the OTLP receiver")
             print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         finally:
             for target in targets:
@@ -503,6 +520,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--litellm", default="", help="path to a `litellm` executable (separate venv)")
     parser.add_argument("--floor", action="store_true",
                         help="add bench/minimal_relay.py: the same machinery without FlexInfer's features")
+    parser.add_argument("--traced", action="store_true",
+                        help="add a `serve` with tracing on, exporting to an OTLP/HTTP receiver in this process")
     parser.add_argument("--in-cluster", action="store_true",
                         help="add `flexinfer proxy` against a real kube-apiserver (built on first use)")
     parser.add_argument("--queued", type=int, default=0,

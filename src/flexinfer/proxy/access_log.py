@@ -8,6 +8,9 @@ between a model server's answer and the next request is then spent on the next r
 the last one's line. With tracing on a line is made at once, inside the request's span, so that ``json``
 lines carry its ``trace_id`` and ``span_id``. ``write`` sends whatever is queued (shutdown calls it). Used
 by ``handler.py``.
+
+When the commands' ``text`` handler alone would see the records, lines are formatted straight into its
+pending write instead (``write_lines_with``, the same text without a record, filter and format call each).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class AccessLog:
     def add(self, line: Entry) -> None:
         """Log ``line``: at once, or queued (then at the latest after ``LATEST`` seconds)."""
         if not self._deferred:
-            _emit(line)
+            self._write([line])
             return
         self._pending.append(line)
         if self._timer is None:
@@ -77,13 +80,16 @@ class AccessLog:
     def write(self) -> None:
         """Hand every queued line to logging now, in order."""
         pending, self._pending = self._pending, []
-        if not pending:
-            return
+        if pending:
+            self._write(pending)
+
+    @staticmethod
+    def _write(lines: list[Entry]) -> None:
         write = _Installed.info_lines(access_log)
         if write is not None:
-            write([(line.ended, LINE % _arguments(line)) for line in pending])
+            write([(line.ended, LINE % _arguments(line)) for line in lines])
             return
-        for line in pending:
+        for line in lines:
             _emit(line)
 
     def _write_scheduled(self) -> None:

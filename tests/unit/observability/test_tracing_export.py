@@ -58,6 +58,16 @@ def test_shutdown_flushes_and_resource_has_service_name_namespace_and_env_attrib
     assert span.scope == "t"
 
 
+def test_a_tracer_is_made_once_per_name_and_its_spans_keep_their_scope(receiver: OTLPReceiver) -> None:
+    tracing = start(receiver)
+    proxy, again, other = tracing.tracer("flexinfer/proxy"), tracing.tracer("flexinfer/proxy"), tracing.tracer("x")
+    assert proxy is again and other is not proxy
+    with proxy.start_as_current_span("from-proxy"), other.start_as_current_span("from-x"):
+        pass
+    tracing.shutdown()
+    assert (receiver.span("from-proxy").scope, receiver.span("from-x").scope) == ("flexinfer/proxy", "x")
+
+
 def test_otel_service_name_overrides_and_no_namespace_when_unset(receiver: OTLPReceiver) -> None:
     tracing = start(receiver, OTEL_SERVICE_NAME="edge-proxy")
     tracing.tracer("t").start_span("s").end()

@@ -48,14 +48,19 @@ class Tracing:
     def __init__(self, settings: TracingSettings, provider: TracerProvider | None = None) -> None:
         self.settings = settings
         self._provider = provider
+        self._tracers: dict[str, trace.Tracer] = {}
 
     @property
     def enabled(self) -> bool:
         return self._provider is not None
 
     def tracer(self, name: str) -> trace.Tracer:
-        """A tracer named after the emitting component (``flexinfer/proxy``); a no-op tracer when disabled."""
-        return self._provider.get_tracer(name) if self._provider else trace.NoOpTracer()
+        """A tracer named after the emitting component (``flexinfer/proxy``); a no-op tracer when disabled.
+        Made once per name (the SDK makes a new tracer, with a deprecation check, on every ``get_tracer``)."""
+        tracer = self._tracers.get(name)
+        if tracer is None:
+            tracer = self._tracers[name] = self._provider.get_tracer(name) if self._provider else trace.NoOpTracer()
+        return tracer
 
     def extract(self, headers: Mapping[str, str]) -> Context | None:
         """The trace context carried by incoming ``headers``; ``None`` when disabled or not trusted."""
