@@ -92,12 +92,14 @@ class WatchCatalog:
 
     def resolve(self, name: str) -> ModelView | None:
         key = self.key(name)
-        made = self._views.get(key) if key is not None else None
+        if key is None:
+            return None
+        made = self._views.get(key)
         if made is None:
-            model = self._store.get(key) if key is not None else None
+            model = self._store.get(key)
             if model is None:
                 return None
-            made = self._views[model.key] = view(model)
+            made = self._views[key] = view(model)
         return made
 
     def models(self) -> Sequence[ModelView]:

@@ -66,10 +66,9 @@ class ManifestCatalog:
 
     def resolve(self, name: str) -> ModelView | None:
         key = self.key(name)
-        model = self._models.get(key) if key else None
-        if model is None:
+        model = self._models.get(key) if key is not None else None
+        if key is None or model is None:
             return None
-        assert key is not None
         phase = self._phase(key) or "Idle"
         cached = self._views.get((key, phase))
         if cached is None:

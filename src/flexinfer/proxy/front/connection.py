@@ -37,7 +37,7 @@ MAX_LINE = 8190
 MAX_HEAD = 65536
 """Longest request head (request line and all headers)."""
 _TEXT = "surrogateescape"
-"""Header bytes that are not UTF-8 are kept as they came."""
+"""Head bytes (target, headers) that are not UTF-8 are kept as they came."""
 _BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 11\r\n"
                 b"Connection: close\r\n\r\nBad Request")
 
@@ -139,7 +139,7 @@ class FrontConnection(asyncio.BufferedProtocol):
         parser = self._parser
         headers = CIMultiDictProxy(CIMultiDict([(n.decode("utf-8", _TEXT), v.decode("utf-8", _TEXT))
                                                 for n, v in self._raw_headers]))
-        target = self._url.decode("utf-8", "surrogateescape")
+        target = self._url.decode("utf-8", _TEXT)
         self._url, self._raw_headers = b"", []  # not kept while the request waits
         path, query = _split_target(target)
         version = parser.get_http_version()
