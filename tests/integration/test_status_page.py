@@ -1,13 +1,16 @@
 """The status page in a real headless Chromium against a real ``flexinfer serve``: two fake model servers
 share one GPU group; the page lists both, and after a cold start and a swap (caused by real requests) the
 page shows the swap in its timeline, the group's new holder, the latency chart and the server's log tail,
-without a reload. A screenshot is kept (see ``support.browser.keep_screenshot``)."""
+without a reload. When requests waited for the group before each swap was decided (a storm against
+``min_hold``), every timeline row keeps a visible label and no bar starts left of the plot area. Screenshots
+are kept (see ``support.browser.keep_screenshot``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
@@ -17,6 +20,7 @@ from selenium.webdriver.support.ui import Select
 
 from support.browser import headless_chromium, keep_screenshot
 from support.local_serve import ServeProcess, chat, start_shared_pair
+from support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +36,6 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
     process = start_serve(tmp_path)
     yield process
     assert process.stop() == 0, process.log
-
-
 
 
 def until(driver: WebDriver, what: str, check: Callable[[WebDriver], object]) -> object:
@@ -104,3 +106,63 @@ def test_status_page_asks_for_the_token_when_auth_is_on(tmp_path: Path) -> None:
             assert not driver.find_element(By.ID, "login").is_displayed()
     finally:
         assert serve.stop() == 0, serve.log
+
+
+TIMELINE_GEOMETRY = """
+const svg = document.getElementById("timeline");
+svg.closest("section").scrollIntoView();
+const axis = svg.querySelector("line.axis"), box = svg.getBoundingClientRect();
+return {
+  plotLeft: axis ? axis.getBoundingClientRect().left : null, svgLeft: box.left, svgRight: box.right,
+  rows: [...svg.querySelectorAll("g.activation")].map((g) => {
+    const label = g.querySelector("text"), r = label.getBoundingClientRect(), y = (r.top + r.bottom) / 2;
+    return {
+      kind: g.getAttribute("data-kind"), text: label.textContent,
+      label: {left: r.left, right: r.right, width: r.width},
+      topmost: [r.left + 2, (r.left + r.right) / 2, r.right - 2].map(
+        (x) => label.contains(document.elementFromPoint(x, y))),
+      bars: [...g.querySelectorAll("rect.stage")].map((b) => {
+        const q = b.getBoundingClientRect();
+        return {stage: b.getAttribute("data-stage"), left: q.left, right: q.right};
+      }),
+    };
+  }),
+};
+"""
+"""Script returning the timeline's geometry in CSS pixels: the plot area's left edge (the zero axis), and per
+row its label's box, whether the label is the topmost element at three points along it, and its bars."""
+
+STORM_SWAPS = 5
+
+
+def timeline_geometry(driver: WebDriver, rows: int) -> dict[str, Any] | None:
+    """The live timeline's geometry (``TIMELINE_GEOMETRY``) once it shows ``rows`` rows, else ``None``."""
+    geometry: dict[str, Any] = driver.execute_script(TIMELINE_GEOMETRY)
+    return geometry if len(geometry["rows"]) == rows else None
+
+
+def test_timeline_rows_keep_their_labels_when_requests_queued_before_the_decision(tmp_path: Path) -> None:
+    serve = start_serve(tmp_path, FLEXINFER_SWAP_MIN_HOLD="1s")
+    try:
+        for turn in range(STORM_SWAPS + 1):  # each request waits ~1 s for the holder's min_hold: a queue stage
+            chat(serve.url, ("left", "right")[turn % 2])
+        with headless_chromium(tmp_path) as driver:
+            driver.get(f"{serve.url}/ui")
+            geometry = wait_until(lambda: timeline_geometry(driver, rows=STORM_SWAPS + 1), DEADLINE,
+                                  "every activation in the timeline")
+            keep_screenshot(driver, tmp_path, "status-page-queued.png")
+    finally:
+        assert serve.stop() == 0, serve.log
+    queued = [row for row in geometry["rows"] if any(bar["stage"] == "queue" for bar in row["bars"])]
+    assert len(queued) == STORM_SWAPS, geometry  # every swap's request waited before its decision
+    for row in geometry["rows"]:
+        assert "default/" in row["text"] and row["label"]["width"] > 0, row
+        assert all(row["topmost"]), f"a bar or mark is drawn over the label: {row}"
+        assert row["label"]["left"] >= geometry["svgLeft"], row
+        assert all(bar["left"] >= row["label"]["right"] for bar in row["bars"]), row
+    plot_left = geometry["plotLeft"]
+    assert plot_left is not None, "the timeline draws no zero axis"
+    for row in geometry["rows"]:
+        assert row["label"]["right"] <= plot_left, row
+        for bar in row["bars"]:
+            assert plot_left - 0.5 <= bar["left"] <= bar["right"] <= geometry["svgRight"], (bar, row)

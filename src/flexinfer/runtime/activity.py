@@ -5,6 +5,12 @@ breakdown), a ring of cold-start/swap durations for the latency chart, and recen
 group in both engines); ``ErrorLogHandler`` is a ``logging.Handler`` that copies WARNING-and-above records
 of the ``flexinfer`` loggers into the same log. ``flexinfer.proxy.status_page`` reads ``snapshot()``.
 Times are converted from the dispatcher's monotonic clock to wall-clock seconds (Unix time) when recorded.
+
+Each activation's stage offsets count from its row origin: the earliest of the decision and its stages. A
+model that had to wait for its group has a ``queue`` stage that began (with the first waiting request)
+before the decision, so its origin is that first wait and ``decision`` says how far into the row the
+decision lies; every offset is then ``>= 0`` and the timeline never draws a bar left of its plot area.
+``seconds`` stays decision → Ready (cold start / swap latency never include the queue).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ MAX_ERRORS = 50
 
 @dataclass(frozen=True)
 class StageSpan:
-    """One startup stage of an activation: offsets in seconds from the activation's start."""
+    """One startup stage of an activation: offsets in seconds from the activation's row origin (never
+    negative)."""
 
     stage: str
     start: float
@@ -34,7 +41,10 @@ class StageSpan:
 
 @dataclass(frozen=True)
 class Activation:
-    """One finished activation as the status page shows it."""
+    """One finished activation as the status page shows it.
+
+    ``started_at`` is the decision (wall clock) and ``seconds`` runs from it to Ready (or the failure);
+    ``decision`` is the decision's offset from the row origin (``0.0`` unless requests queued before it)."""
 
     model: str
     group: str | None
@@ -44,6 +54,7 @@ class Activation:
     seconds: float
     stages: tuple[StageSpan, ...]
     preempted: str | None
+    decision: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,13 +81,15 @@ class ActivityLog(NullObserver):
         return self._wall() - (self._clock() - moment)
 
     def activation(self, record: ActivationRecord) -> None:
-        stages = tuple(StageSpan(name, round(begin - record.start, 6), round(end - record.start, 6))
+        origin = row_origin(record)
+        stages = tuple(StageSpan(name, _offset(begin, origin), _offset(end, origin))
                        for name, begin, end in record.stages)
         seconds = record.end - record.start
         self._activations.append(Activation(
             model=record.model.key, group=record.model.group, kind=record.kind, result=record.result,
             started_at=self._to_wall(record.start), seconds=seconds, stages=stages,
-            preempted=record.preempted.key if record.preempted is not None else None))
+            preempted=record.preempted.key if record.preempted is not None else None,
+            decision=_offset(record.start, origin)))
         if record.result == "success":
             self._durations.append((record.kind, seconds))
         else:
@@ -100,6 +113,17 @@ class ActivityLog(NullObserver):
             "durations": [{"kind": kind, "seconds": seconds} for kind, seconds in self._durations],
             "errors": [asdict(e) for e in reversed(self._errors)],
         }
+
+
+def row_origin(record: ActivationRecord) -> float:
+    """The instant an activation's timeline row starts: its decision, or the start of a stage that began
+    before it (the ``queue`` stage starts with the first request that waited for the group)."""
+    return min((record.start, *(begin for _, begin, _ in record.stages)))
+
+
+def _offset(moment: float, origin: float) -> float:
+    """Seconds from ``origin`` (the row origin, never after ``moment``) to ``moment``, to the microsecond."""
+    return round(moment - origin, 6)
 
 
 class ErrorLogHandler(logging.Handler):

@@ -1,9 +1,15 @@
-"""The activity log behind the status page: activations with stage offsets, the duration ring, errors."""
+"""The activity log behind the status page: activations with stage offsets (from each row's origin, never
+negative, even when requests queued before the decision), the duration ring, errors."""
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
+import pytest
+
+from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.runtime.activity import ActivityLog, ErrorLogHandler
 from flexinfer.runtime.observer import ActivationRecord
 from support.resource_builders import make_model
@@ -28,7 +34,46 @@ def test_activations_are_newest_first_with_stage_offsets_and_wall_times() -> Non
     assert newest["started_at"] == 1_000_000.0 - 5.0
     assert newest["stages"] == [{"stage": "drain", "start": 0.0, "end": 1.0},
                                 {"stage": "server_start", "start": 1.0, "end": 3.5}]
+    assert newest["decision"] == 0.0
     assert snap["durations"] == [{"kind": "cold_start", "seconds": 2.0}, {"kind": "swap", "seconds": 3.5}]
+
+
+def queued_swap(demand_since: float, decided_at: float, ready_at: float) -> ActivationRecord:
+    """A swap whose first request waited from ``demand_since`` (the lifecycle clock's own spans: queue, drain
+    until decision + 1 s, then server_start and health)."""
+    clock = Activation("default/b", decided_at, kind="swap", preempted="default/a", demand_since=demand_since)
+    clock.start(decided_at + 1.0)
+    clock.mark("server_start", decided_at + 1.0)
+    clock.mark("health", ready_at - 1.0)
+    spans = tuple((s.stage, s.start, s.end) for s in clock.finish(ready_at).stages)
+    return ActivationRecord(make_model("b", gpu={"shared": "g"}), "swap", decided_at, ready_at, spans, (),
+                            preempted=make_model("a"))
+
+
+def test_a_queued_activation_row_starts_at_its_first_waiting_request() -> None:
+    activity = ActivityLog(clock=lambda: 100.0, wall=lambda: 1_000_000.0)
+    activity.activation(queued_swap(demand_since=93.5, decided_at=95.0, ready_at=98.5))
+    row = activity.snapshot()["activations"][0]
+    assert row["stages"] == [{"stage": "queue", "start": 0.0, "end": 1.5},
+                             {"stage": "drain", "start": 1.5, "end": 2.5},
+                             {"stage": "server_start", "start": 2.5, "end": 4.0},
+                             {"stage": "health", "start": 4.0, "end": 5.0}]
+    assert row["decision"] == 1.5
+    assert row["seconds"] == 3.5 and row["started_at"] == 1_000_000.0 - 5.0  # decision → Ready, as before
+    assert activity.snapshot()["durations"] == [{"kind": "swap", "seconds": 3.5}]
+
+
+def test_no_stage_offset_is_negative_and_every_row_starts_at_zero() -> None:
+    activity = ActivityLog()
+    for waited in (0.0, 0.000_001, 0.25, 7.0, 65.0):
+        activity.activation(queued_swap(demand_since=1_000.0 - waited, decided_at=1_000.0, ready_at=1_003.0))
+    rows: list[dict[str, Any]] = json.loads(json.dumps(activity.snapshot()["activations"]))  # as the page reads it
+    assert [row["decision"] for row in rows] == [65.0, 7.0, 0.25, 0.000_001, 0.0]
+    for row in rows:
+        starts = [s["start"] for s in row["stages"]]
+        assert min(starts) == 0.0, row
+        assert all(0.0 <= s["start"] <= s["end"] for s in row["stages"]), row
+        assert row["decision"] + row["seconds"] == pytest.approx(max(s["end"] for s in row["stages"])), row
 
 
 def test_a_failed_activation_is_an_error_and_not_a_latency_sample() -> None:

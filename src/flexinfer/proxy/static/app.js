@@ -47,33 +47,73 @@ function renderGroups(groups) {
     el("li", { "data-group": g, "data-holder": groups[g] || "" }, g + ": " + (groups[g] || "free"))) : [el("li", { class: "muted" }, "no shared GPU groups")]));
 }
 
+// One row per activation. A row's 0 is its origin: the first request that waited for the group when the
+// model queued (the server sends every stage offset from there, never negative), else the decision. The
+// decision is marked; the figure after the bar is decision → Ready, plus how long requests queued before it.
+const TIMELINE = { rowH: 24, labelW: 300, width: 900, right: 170 };
+
+function rowEnd(a) { return Math.max((a.decision || 0) + a.seconds, ...a.stages.map((s) => s.end)); }
+
+// Shorten an SVG text node until it fits `width`, cutting from the middle so the row's time and kind (at the
+// start) and the model it started and the result (at the end) stay; the full text stays in its tooltip.
+function fitText(node, text, width) {
+  const shown = document.createTextNode(text);
+  node.replaceChildren(shown);
+  if (node.getComputedTextLength() <= width) { return; }
+  node.append(el("svg:title", {}, text));
+  for (let keep = text.length - 1; keep > 1 && node.getComputedTextLength() > width; keep--) {
+    const head = Math.ceil(keep / 2);
+    shown.data = text.slice(0, head) + "…" + text.slice(text.length - (keep - head));
+  }
+}
+
+function timelineRow(a, i, scale) {
+  const { rowH, labelW } = TIMELINE, y = i * rowH + 4, decision = a.decision || 0;
+  const group = el("svg:g", { class: "activation", "data-model": a.model, "data-kind": a.kind });
+  const what = a.kind === "swap" && a.preempted ? `swap ${a.preempted} → ${a.model}` : `${a.kind.replace("_", " ")} ${a.model}`;
+  const label = el("svg:text", { x: 4, y: y + 14, class: "label" });
+  group.append(label);
+  for (const s of a.stages) {
+    const start = Math.max(0, s.start), queued = s.stage === "queue" ? " (requests waiting before the decision)" : "";
+    const bar = el("svg:rect", { x: labelW + start * scale, y, width: Math.max(1, (s.end - start) * scale), height: rowH - 8,
+      fill: STAGE_COLORS[s.stage] || "#999", class: "stage", "data-stage": s.stage });
+    bar.append(el("svg:title", {}, `${s.stage}: ${seconds(s.end - s.start)}${queued}`));
+    group.append(bar);
+  }
+  if (decision > 0) {
+    const mark = el("svg:line", { x1: labelW + decision * scale, x2: labelW + decision * scale, y1: y - 2, y2: y + rowH - 6, class: "decision" });
+    mark.append(el("svg:title", {}, `${a.kind.replace("_", " ")} decided after ${seconds(decision)} of queueing`));
+    group.append(mark);
+  }
+  const total = seconds(a.seconds) + (decision > 0 ? ` (queued ${seconds(decision)})` : "");
+  group.append(el("svg:text", { x: labelW + rowEnd(a) * scale + 6, y: y + 14, class: "total" }, total));
+  return { group, label, text: `${clock(a.started_at)}  ${what}${a.result === "success" ? "" : " (failed)"}` };
+}
+
 function renderTimeline(activations) {
-  const svg = $("timeline"), shown = activations.slice(0, 10), rowH = 24, labelW = 300, width = 900;
-  svg.setAttribute("viewBox", `0 0 ${width} ${Math.max(1, shown.length) * rowH + 20}`);
+  const { rowH, labelW, width, right } = TIMELINE, svg = $("timeline"), shown = activations.slice(0, 10);
+  const height = Math.max(1, shown.length) * rowH;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height + 20}`);
   svg.replaceChildren();
   if (!shown.length) { svg.append(el("svg:text", { x: 4, y: 16 }, "no activations yet")); return; }
-  const longest = Math.max(...shown.map((a) => a.seconds), 0.001), scale = (width - labelW - 70) / longest;
+  const longest = Math.max(...shown.map(rowEnd), 0.001), scale = (width - labelW - right) / longest;
+  svg.append(el("svg:line", { x1: labelW, x2: labelW, y1: 0, y2: height, class: "axis" }));
   shown.forEach((a, i) => {
-    const y = i * rowH + 4, group = el("svg:g", { class: "activation", "data-model": a.model, "data-kind": a.kind });
-    const what = a.kind === "swap" && a.preempted ? `swap ${a.preempted} → ${a.model}` : `${a.kind.replace("_", " ")} ${a.model}`;
-    group.append(el("svg:text", { x: 4, y: y + 14 }, `${clock(a.started_at)}  ${what}${a.result === "success" ? "" : " (failed)"}`));
-    for (const s of a.stages) {
-      const bar = el("svg:rect", { x: labelW + s.start * scale, y, width: Math.max(1, (s.end - s.start) * scale), height: rowH - 8,
-        fill: STAGE_COLORS[s.stage] || "#999", class: "stage", "data-stage": s.stage });
-      bar.append(el("svg:title", {}, `${s.stage}: ${seconds(s.end - s.start)}`));
-      group.append(bar);
-    }
-    group.append(el("svg:text", { x: labelW + a.seconds * scale + 6, y: y + 14 }, seconds(a.seconds)));
-    svg.append(group);
+    const row = timelineRow(a, i, scale);
+    svg.append(row.group);
+    fitText(row.label, row.text, labelW - 12);
   });
-  svg.append(el("svg:text", { x: labelW, y: shown.length * rowH + 16 }, "0"),
-    el("svg:text", { x: width - 70, y: shown.length * rowH + 16, "text-anchor": "end" }, seconds(longest)));
+  svg.append(el("svg:text", { x: labelW, y: height + 16 }, "0"),
+    el("svg:text", { x: width - right, y: height + 16, "text-anchor": "end" }, seconds(longest)));
 }
 
 function renderLegend() {
-  $("legend").replaceChildren(...Object.entries(STAGE_COLORS).map(([stage, color]) => {
+  const items = Object.entries(STAGE_COLORS).map(([stage, color]) => {
     const item = el("span"); item.append(el("i", { style: "background:" + color }), stage); return item;
-  }));
+  });
+  const decision = el("span", { title: "cold start and swap times count from here; queue is the wait before it" });
+  decision.append(el("i", { class: "decision" }), "decision");
+  $("legend").replaceChildren(...items, decision);
 }
 
 function renderLatency(durations) {
