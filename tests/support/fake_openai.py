@@ -1,12 +1,12 @@
 """A scripted fake OpenAI-compatible model server for fault injection (startup delay, crash at start,
-crash mid-stream, slow streams) with deterministic content.
+crash mid-stream, streams without any event, slow streams) with deterministic content.
 
 In-process: ``FakeOpenAI(script).app()`` is an aiohttp application; ``FakeOpenAI.requests`` records every
 request (path, headers, JSON body) and ``cancelled`` is set when a client abandons a stream. As a process:
 
     python -m support.fake_openai --port N [--startup-delay S] [--crash-at-start] [--crash-mid-stream]
-        [--chunks K] [--chunk-interval T] [--health-path /health] [--model-name NAME] [--record FILE]
-        [--status N [--error-body-file FILE] [--error-content-type TYPE]]
+        [--silent-stream] [--chunks K] [--chunk-interval T] [--health-path /health] [--model-name NAME]
+        [--record FILE] [--status N [--error-body-file FILE] [--error-content-type TYPE]]
 
 prints ``FAKE_OPENAI_PORT=<port>`` once listening (``--port 0`` picks a free port); with ``--record`` it appends
 one JSON line per API request (``method``, ``path``, lower-cased ``headers``, ``body``) to FILE. Used by the proxy
@@ -38,6 +38,10 @@ class Script:
     crash_mid_stream: bool = False
     """Stop after half the chunks: the process exits (``exit_on_crash``) or the connection is cut."""
     exit_on_crash: bool = False
+    silent_stream: bool = False
+    """Streams answer ``200 text/event-stream`` and end cleanly without any event, as llama.cpp's Python server
+    does when the model call fails after the head: an empty body sent with the head, or, while
+    ``FakeOpenAI.hold_after_first_chunk`` is set, a ``: ping`` comment, then the end once that event is set."""
     health_path: str = "/health"
     model_name: str = "fake-model"
     status: int = 200
@@ -154,6 +158,8 @@ class FakeOpenAI:
                                   "usage": {"prompt_tokens": 1, "total_tokens": 1}})
 
     async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool) -> web.StreamResponse:
+        if self.script.silent_stream:
+            return await self._silent(request)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         try:
@@ -179,6 +185,18 @@ class FakeOpenAI:
                 await asyncio.sleep(self.script.chunk_interval)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+
+    async def _silent(self, request: web.Request) -> web.StreamResponse:
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        if self.hold_after_first_chunk is None:
+            return web.Response(body=b"", headers=headers)
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        await response.write(b": ping\n\n")
+        self.first_chunk_sent.set()
+        await self.hold_after_first_chunk.wait()
+        await response.write_eof()
+        return response
 
     def _error(self) -> web.Response:
         if self.script.error_body is None:
@@ -230,6 +248,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--startup-delay", type=float, default=0.0, help="seconds before listening")
     parser.add_argument("--crash-at-start", action="store_true", help="exit 1 after the startup delay")
     parser.add_argument("--crash-mid-stream", action="store_true", help="exit 3 halfway through a stream")
+    parser.add_argument("--silent-stream", action="store_true", help="end every stream without any event")
     parser.add_argument("--chunks", type=int, default=4)
     parser.add_argument("--chunk-interval", type=float, default=0.0)
     parser.add_argument("--health-path", default="/health")
@@ -243,6 +262,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace) -> None:
     script = Script(chunks=args.chunks, chunk_interval=args.chunk_interval, crash_mid_stream=args.crash_mid_stream,
+                    silent_stream=args.silent_stream,
                     exit_on_crash=True, health_path=args.health_path, model_name=args.model_name, status=args.status,
                     error_content_type=args.error_content_type, error_body=args.error_body)
     fake = FakeOpenAI(script, record_file=args.record)

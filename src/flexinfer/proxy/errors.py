@@ -4,7 +4,8 @@
 Every text field is made safe to echo (``core.errors.echo_safe``): bounded, so a 1 MB model name is not sent
 back whole, and valid UTF-8 (lone surrogates become backslash-escaped text). Used by the control application's
 error middleware (``app.py``), the front server and the streaming paths (``streaming.py``, ``forwarding.py``).
-Also defines the edge-only errors (unknown route, wrong method) the core hierarchy does not need.
+Also defines the edge-only errors (unknown route, wrong method, malformed HTTP) the core hierarchy does not
+need.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ class MethodNotAllowedError(RequestError):
     def __init__(self, method: str, path: str, allow: Iterable[str]) -> None:
         self.allow = tuple(sorted(allow))
         super().__init__(f"Method {method} not allowed on {path} (allowed: {', '.join(self.allow)})")
+
+
+class MalformedHttpError(RequestError):
+    """A request the front server could not parse (bad syntax, an HTTP version other than 1.0/1.1, a head
+    over the limits): answered with ``status`` before any handler runs, then the connection is closed."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, status: int = 400, code: str = "malformed_http_request") -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
 
 
 class ModelParkedError(ModelNotFoundError):

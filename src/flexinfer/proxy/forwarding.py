@@ -6,7 +6,9 @@ head and body in one send); no compression is added or removed. The HTTP client 
 away cancels the handler, which closes the upstream connection so the model server sees the disconnect. A
 model server that fails before answering is a 502 ``bad_gateway``; one that answers an error status (>= 400)
 becomes an OpenAI error with that status and its message, internals removed (``upstream_errors.py``); one
-that fails mid-body is reported through ``Reply.fail`` (an SSE error event on streams). Used by
+that fails mid-body is reported through ``Reply.fail`` (an SSE error event on streams), and so is one whose
+event stream ends without a single event (llama.cpp's Python server, failing after its ``200`` head, ends the
+stream cleanly and empty): a ``502`` when nothing was sent yet, else an SSE error event. Used by
 ``handler.py``; ``app.py`` starts and closes the ``Forwarder``.
 """
 
@@ -23,7 +25,7 @@ from yarl import URL
 from flexinfer.core.errors import UpstreamError
 from flexinfer.proxy.hooks import RequestTrace
 from flexinfer.proxy.request_ids import REQUEST_ID_HEADER
-from flexinfer.proxy.streaming import Reply
+from flexinfer.proxy.streaming import EventWatch, Reply, event_stream
 from flexinfer.proxy.upstream_errors import MAX_ERROR_BODY, UpstreamStatusError, upstream_error
 from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError, UpstreamResponse
 from flexinfer.proxy.upstream_pool import UpstreamPool
@@ -92,7 +94,7 @@ class Forwarder:
             span.end(upstream.status, relayed.code)
             raise relayed
         try:
-            await self._copy(reply, upstream)
+            await self._copy(reply, upstream, watch_events=not verbatim)
         except BaseException:
             upstream.close()
             span.end(upstream.status, "upstream body failed or client went away")
@@ -127,24 +129,43 @@ class Forwarder:
             self._origins[base_url] = cached
         return cached
 
-    async def _copy(self, reply: Reply, upstream: UpstreamResponse) -> None:
+    async def _copy(self, reply: Reply, upstream: UpstreamResponse, *, watch_events: bool) -> None:
+        """Relay the answer; with ``watch_events``, an event stream without a single event is an error."""
         if reply.started and upstream.status != 200:
             raise UpstreamError(f"model server answered {upstream.status} on a stream already started")
+        headers = _mirrored_headers(upstream.raw_headers)
+        watch_events = watch_events and upstream.status < 300 and not upstream.head_only and event_stream(headers)
         if upstream.complete and not reply.started and not upstream.head_only:  # a short answer, all here
-            await reply.start_whole(upstream.status, upstream.reason, _mirrored_headers(upstream.raw_headers),
-                                    upstream.drain())
+            body = upstream.drain()
+            if watch_events and not _holds_event(body):
+                raise _silent_stream()
+            await reply.start_whole(upstream.status, upstream.reason, headers, body)
             return
-        response = await reply.start_mirror(
-            upstream.status, upstream.reason, _mirrored_headers(upstream.raw_headers), upstream.content_length,
-        )
+        response = await reply.start_mirror(upstream.status, upstream.reason, headers, upstream.content_length)
+        watch = EventWatch() if watch_events else None  # dropped once an event passed
         while True:
             try:
                 chunk = await upstream.read()
             except UpstreamBodyError:
                 raise UpstreamError("model server failed mid-response") from None
             if not chunk:
+                if watch is not None:
+                    raise _silent_stream()
                 return
+            if watch is not None:
+                watch.feed(chunk)
+                watch = None if watch.seen else watch
             await response.write(chunk)
+
+
+def _holds_event(body: bytes) -> bool:
+    watch = EventWatch()
+    watch.feed(body)
+    return watch.seen
+
+
+def _silent_stream() -> UpstreamError:
+    return UpstreamError("model server ended the event stream without sending any event (no data, no [DONE])")
 
 
 async def _relayed_error(upstream: UpstreamResponse) -> UpstreamStatusError:

@@ -1,9 +1,9 @@
-"""The top-level fields the proxy needs from a JSON request body (``model``, ``stream``), found in one pass,
-and the byte-level rewrite of ``model``.
+"""The top-level fields the proxy needs from a JSON request body (``model``, ``stream``, and the parameters
+``field_checks.py`` checks), found in one pass, and the byte-level rewrite of ``model``.
 
 ``scan(body)`` walks the top-level object with the standard library's C scanner (``json`` decoder's
 ``scan_once`` for each value, ``scanstring`` for each key): every value is validated as ``json.loads`` would,
-but only ``model`` and ``stream`` are kept, together with the byte span of the (last) ``model`` value.
+but only the ``KEPT`` keys are kept, together with the byte span of the (last) ``model`` value.
 ``set_model(body, fields, name)`` splices the new name into that span, so a prompt of any size is copied
 once and never re-serialized; ``json.loads`` of the result equals ``json.loads`` of the body with ``model``
 replaced (``tests/unit/proxy/test_json_body.py`` proves it with property tests). A body of at most
@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 _DECODER = json.JSONDecoder()
 _SCAN_VALUE: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _SCAN_STRING: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 _SPACE = re.compile(r"[ \t\n\r]*")
-_KEPT = ("model", "stream")
+KEPT = frozenset(("model", "stream", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p",
+                  "frequency_penalty", "presence_penalty"))
+"""The top-level keys a large body's scan keeps (``model`` and ``stream`` for routing, the rest for
+``field_checks.py``)."""
 SMALL_BODY = 16384
 """Bodies up to this size are parsed whole to find ``model`` and ``stream``."""
 _INVALID = (ValueError, StopIteration, IndexError, RecursionError)
@@ -44,6 +47,13 @@ class JsonBody(NamedTuple):
     """The whole object, only for the full-parse fallback."""
     spanned: bool = True
     """False for a small body read whole: ``model_span`` is found when a rewrite needs it."""
+    values: Mapping[str, Any] | None = None
+    """Top-level values: the whole object when it was parsed whole (``whole``), else the ``KEPT`` keys found."""
+
+    @property
+    def whole(self) -> bool:
+        """``values`` is the whole object (a small body, or the full-parse fallback)."""
+        return not self.spanned or self.parsed is not None
 
 
 def scan(body: bytes) -> JsonBody:
@@ -56,7 +66,7 @@ def scan(body: bytes) -> JsonBody:
         fields = _fallback(body)
         if json.detect_encoding(body) != "utf-8":
             return fields
-        return JsonBody(model=fields.model, stream=fields.stream, spanned=False)
+        return JsonBody(model=fields.model, stream=fields.stream, spanned=False, values=fields.values)
     return _scan(body)
 
 
@@ -69,7 +79,7 @@ def _small(body: bytes) -> JsonBody | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    return JsonBody(model=parsed.get("model"), stream=parsed.get("stream"), spanned=False)
+    return JsonBody(model=parsed.get("model"), stream=parsed.get("stream"), spanned=False, values=parsed)
 
 
 def _scan(body: bytes) -> JsonBody:
@@ -84,6 +94,7 @@ def _scan(body: bytes) -> JsonBody:
 
 def _scan_text(text: str, body: bytes, ascii_only: bool) -> JsonBody:
     found: dict[str, tuple[Any, int, int]] = {}
+    kept = KEPT
     i = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
     if text[i] != "{":
         raise NotJsonObject("request body is not a JSON object")
@@ -98,7 +109,7 @@ def _scan_text(text: str, body: bytes, ascii_only: bool) -> JsonBody:
                 raise NotJsonObject("expected ':'")
             start = _SPACE.match(text, i + 1).end()  # type: ignore[union-attr]
             value, i = _SCAN_VALUE(text, start)
-            if key in _KEPT:
+            if key in kept:
                 found[key] = (value, start, i)
             i = _SPACE.match(text, i).end()  # type: ignore[union-attr]
             if text[i] == "}":
@@ -114,7 +125,7 @@ def _scan_text(text: str, body: bytes, ascii_only: bool) -> JsonBody:
         _, start, end = model
         span = (start, end) if ascii_only else _byte_span(text, start, end)
     return JsonBody(model=model[0] if model else None, stream=found["stream"][0] if "stream" in found else None,
-                    model_span=span)
+                    model_span=span, values={key: value for key, (value, _, _) in found.items()})
 
 
 def _byte_span(text: str, start: int, end: int) -> tuple[int, int]:
@@ -130,7 +141,7 @@ def _fallback(body: bytes) -> JsonBody:
         raise NotJsonObject("request body is not valid JSON") from None
     if not isinstance(parsed, dict):
         raise NotJsonObject("request body is not a JSON object")
-    return JsonBody(model=parsed.get("model"), stream=parsed.get("stream"), parsed=parsed)
+    return JsonBody(model=parsed.get("model"), stream=parsed.get("stream"), parsed=parsed, values=parsed)
 
 
 def set_model(body: bytes, fields: JsonBody, name: str) -> bytes:

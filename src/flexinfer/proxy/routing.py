@@ -5,7 +5,8 @@ before forwarding); the JSON body's top-level ``model``, or for a ``multipart/fo
 field (``form_model.py``). None → 400 ``missing_required_field``. Every source accepts the same forms (a name,
 an alias or ``namespace/name``; the catalog resolves them); in the path, ``/model/<namespace>/<name>/…``
 names a model by its key when the catalog confirms that key (``path_key_candidate``), else the first segment
-is the name. A JSON body is rewritten so its ``model`` is
+is the name. A JSON object body must pass the proxy's own checks (``field_checks.py``: parameter types and
+counts, lone surrogates), else 400. A JSON body is rewritten so its ``model`` is
 the backend's served model name (a byte-level splice, ``json_body.py``: the body is scanned once and never
 re-serialized); a form body is forwarded unchanged. Pure functions over bytes and strings;
 called by ``handler.py``.
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from flexinfer.core.errors import BadRequestError
+from flexinfer.proxy.field_checks import check_body
 from flexinfer.proxy.form_model import form_boundary, form_field
 from flexinfer.proxy.json_body import JsonBody, NotJsonObject, scan, set_model
 
@@ -47,13 +49,14 @@ def route(headers: Mapping[str, str], path: str, query: str, body: bytes,
           path_key: str | None = None) -> RoutedRequest:
     """Resolve the requested model name; raise ``BadRequestError`` when there is none. ``path_key`` is the
     ``namespace/name`` the caller confirmed for a ``/model/<namespace>/<name>/…`` path."""
-    upstream_path, path_model = split_model_prefix(path, path_key)
-    if query:
-        upstream_path = f"{upstream_path}?{query}"
+    operation, path_model = split_model_prefix(path, path_key)
+    upstream_path = f"{operation}?{query}" if query else operation
     header_model = headers.get(MODEL_HEADER, "").strip()
     boundary = form_boundary(headers.get("Content-Type", ""))
     named = bool(header_model or path_model)
     payload = None if boundary is not None else _payload(body, required=not named)
+    if payload is not None:
+        check_body(body, payload, operation)
     if header_model:
         return RoutedRequest(header_model, "header", upstream_path, payload)
     if path_model:

@@ -3,9 +3,10 @@ stream (to send loading comments while a model activates), or mirroring the upst
 
 ``Reply.fail`` is the one place that decides how an error reaches a client whose response may already be
 under way: a JSON envelope if nothing was sent, an SSE error event on an event stream, otherwise a cut
-connection (the client sees a truncated body). Writes go through the front server's
-``front.message.ResponseWriter``. Used by ``handler.py``, ``admission.py``, ``forwarding.py`` and the front
-server's relay to the control application.
+connection (the client sees a truncated body). ``EventWatch`` tells whether a relayed event stream carried
+any event at all (a model server can end one cleanly without a single event when it fails after its head).
+Writes go through the front server's ``front.message.ResponseWriter``. Used by ``handler.py``,
+``admission.py``, ``forwarding.py`` and the front server's relay to the control application.
 """
 
 from __future__ import annotations
@@ -66,13 +67,13 @@ class Reply:
         if self.writer.started:
             return self.writer
         await self.writer.start(status, reason, self._headers(headers), length)
-        self.sse = _event_stream(headers)
+        self.sse = event_stream(headers)
         return self.writer
 
     async def start_whole(self, status: int, reason: str | None, headers: Sequence[tuple[str, str]],
                           body: bytes) -> None:
         """Answer with the upstream's status, headers and whole body, which have all arrived (one send)."""
-        self.sse = _event_stream(headers)
+        self.sse = event_stream(headers)
         await self.writer.whole(status, reason, self._headers(headers), body)
 
     async def finish(self) -> None:
@@ -94,6 +95,27 @@ class Reply:
             self.writer.abort()
 
 
-def _event_stream(headers: Sequence[tuple[str, str]]) -> bool:
+def event_stream(headers: Sequence[tuple[str, str]]) -> bool:
     """The answer is an SSE stream (its ``Content-Type``, whatever the name's case)."""
     return any(name.lower() == "content-type" and value.startswith("text/event-stream") for name, value in headers)
+
+
+_FIELD = b"data:"
+
+
+class EventWatch:
+    """Whether an event stream's body, fed piece by piece as relayed, held at least one event (a ``data:``
+    field, also when split across pieces); comments (``: ping``) and blank lines are not events."""
+
+    __slots__ = ("_tail", "seen")
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._tail = b""
+
+    def feed(self, piece: bytes) -> None:
+        if self.seen:
+            return
+        joined = self._tail + piece
+        self.seen = _FIELD in joined
+        self._tail = joined[-(len(_FIELD) - 1):]

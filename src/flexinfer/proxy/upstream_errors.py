@@ -3,9 +3,14 @@
 Model servers answer errors in many shapes: an OpenAI envelope, FastAPI's ``{"detail": ...}``, plain text,
 HTML, or a 500 whose body is a traceback full of server file paths. ``upstream_error`` keeps the status and
 the server's message (the envelope's ``type``/``code``/``param`` too, when the body is one) and drops the
-internals: traceback frames, source lines and file paths are removed and the message is bounded. The body is
-read up to ``MAX_ERROR_BODY`` bytes. Used by ``forwarding.py``, before the first byte of the client's
-response (a JSON error) or on an already-started event stream (an SSE error event).
+internals: traceback frames, source lines and file paths are removed and the message is bounded. One exception
+to keeping the status: a 5xx whose message reports that the request failed the server's validation
+(FastAPI/pydantic request validation, ``validation_reports.py``: llama.cpp's Python server answers a wrong
+parameter type or range, or a body sent as ``text/plain``, with a 500) is the client's mistake, a
+``400 invalid_request_error`` naming the fields and their problems without the echoed input. (A ``422``
+keeps its status: it already says the request was wrong.) The body is read up to ``MAX_ERROR_BODY`` bytes.
+Used by ``forwarding.py``, before the first byte of the client's response (a JSON error) or on an
+already-started event stream (an SSE error event).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import zlib
 from typing import Any
 
 from flexinfer.core.errors import RequestError
+from flexinfer.proxy.validation_reports import Report, request_report
 
 MAX_ERROR_BODY = 64 * 1024
 """Bytes of an upstream error body read for its message (the rest is discarded)."""
@@ -79,17 +85,30 @@ def upstream_error(status: int, body: bytes, *, content_type: str = "", content_
     text = decode_body(body, content_encoding)
     fields = _envelope_fields(text)
     if fields is not None:
-        message, type_, code, param = fields
-        message = scrub(message) or f"model server answered {status}"
+        raw, type_, code, param = fields
     else:
         if "html" in content_type.lower() or text.lstrip().startswith("<"):
             text = _TAG.sub(" ", text)
-        detail = scrub(_json_message(text) if _looks_json(text) else text)
-        message = f"model server answered {status}" + (f": {detail}" if detail else "")
+        raw = _json_message(text) if _looks_json(text) else text
         type_ = _STATUS_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
         code, param = "upstream_error", None
+    report = request_report(raw) if status >= 500 else None
+    if report is not None:
+        return _rejected(report)
+    detail = scrub(raw)
+    if fields is None:
+        message = f"model server answered {status}" + (f": {detail}" if detail else "")
+    else:
+        message = detail or f"model server answered {status}"
     return UpstreamStatusError(status, message, type_=type_, code=code, param=param,
                                retry_after=_seconds(retry_after))
+
+
+def _rejected(report: Report) -> UpstreamStatusError:
+    """The model server refused the request as invalid: a 400 for the client."""
+    return UpstreamStatusError(400, f"The model server rejected the request: {scrub(report.summary)}",
+                               type_="invalid_request_error", code="invalid_request_error",
+                               param=None if report.param is None else scrub(report.param))
 
 
 def _envelope_fields(text: str) -> tuple[str, str, str | None, str | None] | None:

@@ -1,6 +1,6 @@
 """HTTP/1.1 on the proxy's front server (``flexinfer.proxy.front``), spoken as raw bytes over a real socket:
 pipelined requests answered in order (proxied and control routes mixed), ``Expect: 100-continue``, HTTP/1.0,
-a chunked request body, an over-long head, an upgrade offer, HEAD, and the keep-alive idle sweep."""
+a chunked request body, an over-long head (431), an upgrade offer, HEAD, and the keep-alive idle sweep."""
 
 from __future__ import annotations
 
@@ -114,13 +114,14 @@ async def test_http_1_0_gets_a_delimited_answer_and_the_connection_ends(make_pro
     writer.close()
 
 
-async def test_an_over_long_header_is_400_with_one_warning(make_proxy, caplog) -> None:
+async def test_an_over_long_header_is_431_with_one_warning(make_proxy, caplog) -> None:
     proxy = await make_proxy()
     caplog.set_level(logging.INFO)
     reader, writer = await _open(proxy.url)
     writer.write(_post(extra=b"X-Long: " + b"a" * 9000 + b"\r\n"))
     answer = await asyncio.wait_for(reader.read(), 10)
-    assert answer.startswith(b"HTTP/1.1 400 Bad Request") and proxy.activator.acquired == 0
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large") and proxy.activator.acquired == 0
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_header_fields_too_large"
     assert len([r for r in caplog.records if "malformed request" in r.getMessage()]) == 1
     writer.close()
 

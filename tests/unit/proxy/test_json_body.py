@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexinfer.proxy.json_body import NotJsonObject, scan, set_model
+from flexinfer.proxy.json_body import KEPT, SMALL_BODY, NotJsonObject, scan, set_model
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner,
                                                                                            max_size=4), max_leaves=12)
-objects = st.dictionaries(st.text() | st.sampled_from(["model", "stream", "messages"]), values, max_size=6)
+objects = st.dictionaries(st.text() | st.sampled_from(["model", "stream", "messages", "max_tokens", "n"]), values,
+                          max_size=6)
 names = st.text(min_size=1)
 
 
@@ -35,6 +36,17 @@ def test_byte_rewrite_equals_the_json_rewrite(obj: dict[str, Any], name: str, in
     fields = scan(body)
     assert fields.model == obj.get("model") and fields.stream == obj.get("stream")
     assert json.loads(set_model(body, fields, name)) == json_rewrite(body, name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(obj=objects, pad=st.sampled_from([0, SMALL_BODY]))
+def test_the_kept_values_are_the_objects_values(obj: dict[str, Any], pad: int) -> None:
+    """Small bodies keep the whole object, large ones the ``KEPT`` keys; either way those agree with json.loads."""
+    body = json.dumps(obj).encode() + b" " * pad
+    fields = scan(body)
+    assert fields.values is not None and fields.whole == (pad == 0)
+    assert {k: v for k, v in fields.values.items() if k in KEPT} == {k: v for k, v in obj.items() if k in KEPT}
+    assert fields.whole or set(fields.values) <= KEPT
 
 
 @settings(max_examples=200, deadline=None)

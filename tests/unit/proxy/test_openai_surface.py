@@ -61,6 +61,51 @@ async def test_upstream_errors_become_openai_errors_without_internals(make_proxy
     proxy.activator.assert_released_once()
 
 
+LLAMA_VALIDATION_500 = json.dumps({"error": {
+    "message": "1 validation error:\n  {'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be "
+               "a valid dictionary or object to extract fields from', 'input': b'{\"prompt\": \"a secret\"}'}\n\n"
+               "  File \"/srv/venv/llama_cpp/server/app.py\", line 376, in create_chat_completion",
+    "type": "internal_server_error", "param": None, "code": None}}).encode()
+
+
+async def test_a_model_servers_validation_500_reaches_the_client_as_a_400(make_proxy, fake):
+    """What llama.cpp's Python server answers to a body sent as ``text/plain``: a 500 with FastAPI's
+    validation text. The client made the mistake: a 400 with the problem, not the echoed body or file paths."""
+    fake.script = _script(500, LLAMA_VALIDATION_500)
+    proxy = await make_proxy()
+    async with _client(proxy) as client:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as caught:
+                await client.chat.completions.create(model="alpha", messages=MESSAGES, stream=stream)
+            assert caught.value.body == {  # type: ignore[comparison-overlap]
+                "message": "The model server rejected the request: body: Input should be a valid dictionary or "
+                           "object to extract fields from",
+                "type": "invalid_request_error", "param": None, "code": "invalid_request_error"}
+    proxy.activator.assert_released_once()
+
+
+@pytest.mark.parametrize(("extra", "param", "code"), [
+    ({"max_tokens": "lots"}, "max_tokens", "invalid_type"), ({"max_tokens": -5}, "max_tokens", "invalid_value"),
+    ({"temperature": "warm"}, "temperature", "invalid_type"), ({"stream": "yes"}, "stream", "invalid_type"),
+])
+async def test_wrong_parameters_are_400s_that_never_reach_the_model(make_proxy, fake, extra, param, code):
+    proxy = await make_proxy()
+    async with proxy.session.post(proxy.url + "/v1/chat/completions",
+                                  json={"model": "alpha", "messages": MESSAGES, **extra}) as response:
+        assert response.status == 400 and response.content_type == "application/json"
+        error = (await response.json())["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
+    assert not fake.requests and proxy.activator.acquired == 0
+
+
+async def test_max_tokens_minus_one_is_left_to_the_model_server(make_proxy, fake):
+    """llama.cpp servers read -1 as "no limit": the proxy forwards it."""
+    proxy = await make_proxy()
+    async with _client(proxy) as client:
+        await client.chat.completions.create(model="alpha", messages=MESSAGES, max_tokens=-1)
+    assert fake.requests[-1].body["max_tokens"] == -1  # type: ignore[index]
+
+
 async def test_upstream_openai_envelope_keeps_its_fields_but_is_sanitized(make_proxy, fake):
     error = {"message": "cannot open /srv/secret/weights.gguf", "type": "invalid_request_error",
              "param": "model", "code": "model_load_failed"}
@@ -147,16 +192,17 @@ async def test_huge_model_name_is_not_echoed_whole(make_proxy):
     assert len(message) < 1200 and "more characters" in message
 
 
-async def test_lone_surrogates_in_error_bodies_are_escaped(make_proxy):
+async def test_a_lone_surrogate_in_the_body_is_a_400_with_a_valid_utf8_message(make_proxy, fake):
     proxy = await make_proxy()
     body = b'{"model": "bad\\ud800name", "messages": []}'
     async with proxy.session.post(proxy.url + "/v1/chat/completions", data=body,
                                   headers={"Content-Type": "application/json"}) as response:
-        assert response.status == 404
+        assert response.status == 400
         raw = await response.read()
-    message = json.loads(raw.decode("utf-8"))["error"]["message"]
-    message.encode("utf-8")  # a lone surrogate would raise UnicodeEncodeError here
-    assert "bad\\ud800name" in message
+    error = json.loads(raw.decode("utf-8"))["error"]
+    error["message"].encode("utf-8")  # a lone surrogate would raise UnicodeEncodeError here
+    assert error["code"] == "invalid_unicode" and "\\ud800" in error["message"]
+    assert not fake.requests and proxy.activator.acquired == 0
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"])

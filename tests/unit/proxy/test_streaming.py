@@ -1,4 +1,5 @@
-"""Streaming passthrough: no buffering, disconnects cancel upstream, mid-stream failures, loading comments."""
+"""Streaming passthrough: no buffering, disconnects cancel upstream, mid-stream failures, streams ended without
+any event, loading comments."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from flexinfer.core.errors import ModelFailedError
 from flexinfer.proxy.config import ProxyConfig
+from flexinfer.proxy.streaming import EventWatch
 from support.polling import eventually
 
 CHAT = "/v1/chat/completions"
@@ -69,6 +71,61 @@ async def test_mid_stream_upstream_crash_ends_with_error_event(make_proxy, fake)
     assert b"tok0" in body and b"tok3" not in body
     error = json.loads(events[-1].removeprefix("data: "))
     assert error["error"]["code"] == "bad_gateway"
+    proxy.activator.assert_released_once()
+
+
+@pytest.mark.parametrize(("pieces", "seen"), [
+    ([b'data: {"a": 1}\n\n'], True), ([b"da", b"ta", b": [DONE]\n\n"], True), ([b": ping\n\n", b"\n"], False),
+    ([b"event: x\n", b"d", b"ata:1\n\n"], True), ([], False),
+])
+def test_event_watch_sees_a_data_field_even_split_across_pieces(pieces: list[bytes], seen: bool) -> None:
+    watch = EventWatch()
+    for piece in pieces:
+        watch.feed(piece)
+    assert watch.seen is seen
+
+
+def _last_event(body: bytes) -> dict:
+    return json.loads(body.decode().strip().split("\n\n")[-1].removeprefix("data: "))
+
+
+async def test_an_event_stream_ending_without_any_event_is_a_502_before_the_head(make_proxy, fake):
+    """llama.cpp's Python server answers ``200 text/event-stream`` and ends the stream empty when the model
+    call fails after its head; the client must not get an empty 200 stream."""
+    fake.script.silent_stream = True
+    proxy = await make_proxy()
+    async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as response:
+        body = await response.json()
+    assert response.status == 502 and response.headers["Content-Type"].startswith("application/json")
+    assert body["error"]["code"] == "bad_gateway" and "without sending any event" in body["error"]["message"]
+    proxy.activator.assert_released_once()
+
+
+async def test_an_event_stream_ending_without_any_event_after_its_head_ends_with_an_error_event(make_proxy, fake):
+    fake.script.silent_stream = True
+    fake.hold_after_first_chunk = asyncio.Event()
+    proxy = await make_proxy()
+    async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as response:
+        assert response.status == 200
+        seen = await _read_until(response.content, b": ping")  # a comment is not an event
+        fake.hold_after_first_chunk.set()
+        seen += await response.content.read()
+    assert seen.startswith(b": ping\n\n") and seen.count(b"data: ") == 1
+    error = _last_event(seen)["error"]
+    assert error["code"] == "bad_gateway" and "without sending any event" in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    proxy.activator.assert_released_once()
+
+
+async def test_a_silent_stream_after_loading_comments_ends_with_an_error_event(make_proxy, fake):
+    fake.script.silent_stream = True
+    proxy = await make_proxy()
+    gate = proxy.activator.gates["alpha"] = asyncio.Event()
+    async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as response:
+        await _read_until(response.content, b": loading alpha")
+        gate.set()
+        body = await response.content.read()
+    assert response.status == 200 and _last_event(body)["error"]["code"] == "bad_gateway"
     proxy.activator.assert_released_once()
 
 

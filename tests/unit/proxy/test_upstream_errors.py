@@ -46,3 +46,27 @@ def test_undecodable_and_empty_bodies_still_say_the_status() -> None:
     assert str(upstream_error(502, b"\x00\x01", content_encoding="br")) == "model server answered 502"
     message = str(upstream_error(500, "é".encode() * 5000 + b"\xff", content_type="text/plain"))
     assert len(message) <= len("model server answered 500: ") + MAX_MESSAGE and message.endswith("…")
+
+
+LLAMA_VALIDATION_500 = json.dumps({"error": {
+    "message": "1 validation error:\n  {'type': 'int_parsing', 'loc': ('body', 'max_tokens'), 'msg': 'Input should "
+               "be a valid integer, unable to parse string as an integer', 'input': 'lots'}\n\n  File \"/srv/venv/lib/"
+               "python3.11/site-packages/llama_cpp/server/app.py\", line 376, in create_chat_completion\n    POST "
+               "/v1/chat/completions",
+    "type": "internal_server_error", "param": None, "code": None}}).encode()
+
+
+def test_a_request_validation_report_in_a_500_is_the_clients_400() -> None:
+    """llama.cpp's Python server answers a wrong parameter with a 500 carrying FastAPI's validation text."""
+    error = upstream_error(500, LLAMA_VALIDATION_500, content_type="application/json")
+    assert (error.status, error.type, error.code, error.param) == (400, "invalid_request_error",
+                                                                   "invalid_request_error", "max_tokens")
+    assert str(error) == ("The model server rejected the request: max_tokens: Input should be a valid integer, "
+                          "unable to parse string as an integer")
+
+
+def test_a_server_failure_that_is_no_validation_report_stays_a_500() -> None:
+    body = json.dumps({"error": {"message": "'utf-8' codec can't encode character '\\ud800': surrogates not allowed",
+                                 "type": "internal_server_error", "param": None, "code": None}}).encode()
+    assert upstream_error(500, body).status == 500
+    assert upstream_error(422, b'{"detail": "bad"}').status == 422  # a 4xx keeps its status

@@ -8,9 +8,15 @@ fresh pages (a 1 MB prompt read 256 KB at a time cost over a thousand page fault
 
 The task starts when a request's head has arrived (the body follows through ``FrontRequest.read``). A client
 that goes away cancels its request's task; the server's idle sweep closes a connection that sat without a
-request (or with a half-sent head) past the keep-alive timeout. Malformed HTTP (llhttp's strict parsing: bare
-CR/LF, NUL, ``Content-Length`` with chunked…) and over-long heads get ``400 Bad Request`` and one WARNING
-line, then the connection is closed. Built by ``server.FrontServer``.
+request (or with a half-sent head) past the keep-alive timeout. A request that cannot be parsed gets the
+OpenAI error envelope (JSON, ``invalid_request_error``) and one WARNING line, then the connection is closed:
+malformed HTTP (llhttp's strict parsing: a garbage request line, bare CR/LF, NUL, ``Content-Length`` with
+chunked, a negative ``Content-Length``…) and an HTTP version other than 1.0/1.1 (HTTP/0.9's version-less
+request line included) are ``400``, a request target over ``MAX_LINE`` bytes ``414``, a head over ``MAX_HEAD``
+bytes or ``MAX_HEADERS`` fields ``431`` (a head still incomplete past ``MAX_HEAD`` bytes is not buffered
+further). After that answer the connection lingers for up to ``LINGER`` seconds, reading and dropping what the
+client still sends (a 1 MB header arrives in many reads): closing with unread bytes would reset the connection
+and could destroy the answer before the client reads it. Built by ``server.FrontServer``.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from flexinfer.core.errors import echo_safe
-from flexinfer.proxy.errors import InternalError
-from flexinfer.proxy.front.message import FrontRequest, Link, ResponseWriter
+from flexinfer.proxy.errors import InternalError, MalformedHttpError, error_payload
+from flexinfer.proxy.front.message import FrontRequest, Link, ResponseWriter, closing_answer
 from flexinfer.proxy.streaming import Reply
 
 log = logging.getLogger("flexinfer.proxy.http")
@@ -36,10 +42,45 @@ MAX_LINE = 8190
 """Longest request target or header line, as aiohttp's parser allows."""
 MAX_HEAD = 65536
 """Longest request head (request line and all headers)."""
+MAX_HEADERS = 256
+"""Most header fields in one request (clients send a dozen or two)."""
+LINGER = 2.0
+"""Seconds a rejected client's further bytes are read and dropped after its answer was sent."""
+_VERSIONS = frozenset(("1.0", "1.1"))
 _TEXT = "surrogateescape"
 """Head bytes (target, headers) that are not UTF-8 are kept as they came."""
-_BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 11\r\n"
-                b"Connection: close\r\n\r\nBad Request")
+
+
+class _Rejection(Exception):
+    """Raised in a parser callback: the request gets ``error`` (llhttp wraps it, as the context of its
+    ``HttpParserCallbackError``)."""
+
+    def __init__(self, error: MalformedHttpError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _unsupported_version(version: str) -> MalformedHttpError:
+    """HTTP/0.9 (a request line without a version), HTTP/2 over this port's HTTP/1 syntax…"""
+    said = "no version in the request line" if version == "0.9" else f"HTTP/{version}"
+    return MalformedHttpError(f"Unsupported HTTP version ({said}): send HTTP/1.1 or HTTP/1.0",
+                              code="unsupported_http_version")
+
+
+def versionless_request_line(data: memoryview | bytes, method: bytes, target: bytes) -> bool:
+    """Whether ``data`` holds the pending request line ending right after its target (HTTP/0.9's ``GET /path``),
+    which llhttp reports only once a blank line follows; checked while a head has a target and no header yet
+    (rare: heads arrive whole). The line must start a line of its own, so a header value that llhttp has not
+    reported yet (it waits for the next line) is never taken for it."""
+    read = bytes(data)
+    line = method + b" " + target
+    at = read.rfind(line)
+    return (at >= 0 and (at == 0 or read[at - 1] == 0x0A)
+            and read.startswith((b"\r\n", b"\n"), at + len(line)))
+
+
+def _head_too_large(what: str) -> MalformedHttpError:
+    return MalformedHttpError(f"Request header fields too large: {what}", 431, "request_header_fields_too_large")
 
 
 class Exchanges(Protocol):
@@ -57,8 +98,8 @@ class Exchanges(Protocol):
 class FrontConnection(asyncio.BufferedProtocol):
     """Parses one client's requests and runs them in order."""
 
-    __slots__ = ("_current", "_head_size", "_link", "_on_open", "_parser", "_queue", "_raw_headers", "_server",
-                 "_task", "_url", "last_active", "peer")
+    __slots__ = ("_current", "_head_bytes", "_head_size", "_lingering", "_link", "_on_open", "_parser", "_queue",
+                 "_raw_headers", "_server", "_stopped", "_task", "_url", "last_active", "peer")
 
     def __init__(self, server: Exchanges, on_open: Callable[[FrontConnection], None]) -> None:
         self._server, self._on_open = server, on_open
@@ -67,10 +108,15 @@ class FrontConnection(asyncio.BufferedProtocol):
         self._url = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._head_size = 0
+        self._head_bytes = 0
+        """Bytes read since the last complete head while none was complete (a bound on what llhttp buffers)."""
         self._current: FrontRequest | None = None
         """The request whose body is being parsed."""
         self._queue: deque[tuple[FrontRequest, ResponseWriter]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        """A request was rejected: nothing more is parsed (what the client still sends is dropped)."""
+        self._lingering: asyncio.TimerHandle | None = None
         self.last_active = time.monotonic()
         self.peer = "unknown peer"
 
@@ -91,15 +137,30 @@ class FrontConnection(asyncio.BufferedProtocol):
         return self._server.read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._stopped:
+            return
         self.last_active = time.monotonic()
+        if self._current is None:
+            self._head_bytes += nbytes
         try:
             self._parser.feed_data(self._server.read_buffer[:nbytes])
         except httptools.HttpParserUpgrade:
             pass  # no protocol switch is offered: the request is answered over HTTP/1.1, then the connection ends
         except httptools.HttpParserError as exc:
-            self._reject(str(exc))
+            cause = exc.__context__
+            self._reject(cause.error if isinstance(cause, _Rejection)
+                         else MalformedHttpError(f"Malformed HTTP request: {exc}"))
+            return
+        if self._current is None:
+            if self._head_bytes > MAX_HEAD:
+                self._reject(_head_too_large(f"a request head over {MAX_HEAD} bytes"))
+            elif self._url and not self._raw_headers and versionless_request_line(
+                    self._server.read_buffer[:nbytes], self._parser.get_method(), self._url):
+                self._reject(_unsupported_version("0.9"))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
         link = self._link
         if link is not None:
             link.gone()
@@ -125,24 +186,31 @@ class FrontConnection(asyncio.BufferedProtocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > MAX_LINE:
-            raise httptools.HttpParserError(f"request target longer than {MAX_LINE} bytes")
+            raise _Rejection(MalformedHttpError(f"Request target longer than {MAX_LINE} bytes", 414, "uri_too_long"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         size = len(name) + len(value)
         self._head_size += size + 4
-        if size > MAX_LINE or self._head_size > MAX_HEAD:
-            raise httptools.HttpParserError(f"header line longer than {MAX_LINE} bytes or head over {MAX_HEAD}")
+        if size > MAX_LINE:
+            raise _Rejection(_head_too_large(f"a header line over {MAX_LINE} bytes"))
+        if self._head_size > MAX_HEAD:
+            raise _Rejection(_head_too_large(f"a request head over {MAX_HEAD} bytes"))
+        if len(self._raw_headers) >= MAX_HEADERS:
+            raise _Rejection(_head_too_large(f"more than {MAX_HEADERS} header fields"))
         self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         assert self._link is not None
         parser = self._parser
+        self._head_bytes = 0
+        version = parser.get_http_version()
+        if version not in _VERSIONS:
+            raise _Rejection(_unsupported_version(version))
         headers = CIMultiDictProxy(CIMultiDict([(n.decode("utf-8", _TEXT), v.decode("utf-8", _TEXT))
                                                 for n, v in self._raw_headers]))
         target = self._url.decode("utf-8", _TEXT)
         self._url, self._raw_headers = b"", []  # not kept while the request waits
         path, query = _split_target(target)
-        version = parser.get_http_version()
         keep_alive = parser.should_keep_alive() and not parser.should_upgrade()
         request = FrontRequest(
             self._link, parser.get_method().decode("ascii", "replace"), target, path=path, query_string=query,
@@ -196,14 +264,32 @@ class FrontConnection(asyncio.BufferedProtocol):
             if len(self._queue) == 0:
                 link.transport.resume_reading()
 
-    def _reject(self, reason: str) -> None:
-        log.warning("rejected a malformed request from %s: %s", self.peer, echo_safe(" ".join(reason.split()), 300))
-        if self._current is not None:
-            self._current.fail(ConnectionResetError("malformed request"))
-        if self._link is not None and not self._link.lost:
+    def _reject(self, error: MalformedHttpError) -> None:
+        """Answer ``error`` and end the connection. A malformed body of the request being answered (a bad chunk)
+        is that request's error, answered by its handler; a request behind one still answering gets none."""
+        log.warning("rejected a malformed request from %s: %s", self.peer,
+                    echo_safe(" ".join(str(error).split()), 300))
+        self._stopped = True
+        current, link = self._current, self._link
+        if current is not None and self._task is not None and not self._queue:
+            current.fail(error)  # ``_after`` then closes the connection: the body was never complete
+            return
+        if current is not None:
+            current.fail(ConnectionResetError("malformed request"))
+        if link is not None and not link.lost and not link.transport.is_closing():
             if self._task is None and not self._queue:
-                self._link.transport.write(_BAD_REQUEST)
-            self._link.transport.close()
+                link.transport.write(closing_answer(*error_payload(error)))
+                self._linger(link.transport)
+            else:
+                link.transport.close()
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """End the answer (FIN) and drop what the client still sends, for at most ``LINGER`` seconds."""
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self._lingering = asyncio.get_running_loop().call_later(LINGER, transport.close)
 
     def _link_lost(self) -> bool:
         return self._link is None or self._link.lost

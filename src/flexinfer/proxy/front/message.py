@@ -6,8 +6,9 @@ The request's body is read with ``await request.read()``, as it arrives after th
 ``PayloadTooLargeError`` (413). The writer frames the answer for the client's HTTP version:
 ``Content-Length`` when the length is known, chunked otherwise (HTTP/1.1), or the end of the connection
 (HTTP/1.0); writes wait while the client is slower than the answer (transport flow control), and a write to a
-client that went away raises ``ConnectionResetError``. Built by ``connection.py``; read by the proxy's handler
-and ``streaming.Reply``.
+client that went away raises ``ConnectionResetError``. ``closing_answer`` frames the answer to a request that
+never got this far (the connection rejects it while parsing). Built by ``connection.py``; read by the proxy's
+handler and ``streaming.Reply``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ def http_date() -> bytes:
     if _date_cache[0] != now:
         _date_cache[0], _date_cache[1] = now, formatdate(now, usegmt=True).encode()
     return _date_cache[1]  # type: ignore[return-value]
+
+
+def closing_answer(status: int, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
+    """A complete answer, head and body, after which the connection ends (``Connection: close``): for a request
+    rejected while it was parsed, which has no writer."""
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n", *(f"{n}: {v}\r\n" for n, v in headers),
+             f"Content-Length: {len(body)}\r\nConnection: close\r\n"]
+    return "".join(lines).encode("latin-1") + b"Date: " + http_date() + b"\r\n\r\n" + body
 
 
 class Link:
