@@ -2,13 +2,19 @@
 
 Used by tests/unit/core/test_arbiter*.py and test_lifecycle_clock.py. ``advance`` delivers the arbiter's
 wake-ups and the simulated engine's completions in time order, so deadlines fire exactly when scheduled.
+
+With a ``timer`` (``Timer``), wake-ups come as a real event loop's timer gives them: early (uvloop's
+``call_later`` fires up to ~1 ms early), late, or twice; a fired timer is gone (only a new ``ScheduleWake``
+arms another), and ``advance`` adds no closing ``Tick`` of its own, so a wake-up the arbiter fails to re-arm
+stays lost, as it would in ``flexinfer serve``.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from flexinfer.api.model import Model
@@ -17,6 +23,16 @@ from flexinfer.core.arbiter.events import Effect, Event
 from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from support.recording_engine import key
+
+
+@dataclass
+class Timer:
+    """How wake-ups are delivered: each fires at its time plus an offset drawn from ``offsets`` (seconds;
+    negative = early), and again at once with probability ``duplicate`` (``rng`` draws it)."""
+
+    offsets: Callable[[], float]
+    duplicate: float = 0.0
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
 
 
 @dataclass
@@ -33,6 +49,7 @@ class Harness:
     cancelled: set[int] = field(default_factory=set)
     finished: set[int] = field(default_factory=set)
     failing: dict[str, int] = field(default_factory=dict)
+    timer: Timer | None = None
     _queue: list[tuple[float, int, Event]] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -40,6 +57,8 @@ class Harness:
         self.models = list(self.models)
         self.arbiter = Arbiter(self.models, self.policy)
         self.wake: float | None = None
+        self._fired: tuple[float, float] | None = None
+        """The armed wake-up's time and when its timer fires (drawn once per arming)."""
         self.send(ev.Tick(self.now))
 
     def send(self, event: Event) -> list[Effect]:
@@ -88,10 +107,12 @@ class Harness:
         self.send(ev.RequestCancelled(ticket))
 
     def advance(self, seconds: float) -> None:
-        """Move time forward, delivering wake-ups and engine replies at their exact times."""
+        """Move time forward, delivering wake-ups and engine replies at their times (wake-ups as ``timer``
+        says, when set; without one, exactly, and a closing ``Tick`` at the target time)."""
         target = self.now + seconds
         while True:
-            due = [t for t in (self.wake, self._queue[0][0] if self._queue else None) if t is not None]
+            fire = self._fire_time()
+            due = [t for t in (fire, self._queue[0][0] if self._queue else None) if t is not None]
             nxt = min(due, default=None)
             if nxt is None or nxt > target:
                 break
@@ -99,10 +120,27 @@ class Harness:
             if self._queue and self._queue[0][0] <= self.now:
                 self.send(heapq.heappop(self._queue)[2])
             else:
+                self._fired = None
                 self.wake = None
                 self.send(ev.Tick(self.now))
+                if self.timer is not None and self.timer.rng.random() < self.timer.duplicate:
+                    self.send(ev.Tick(self.now))
         self.now = target
-        self.send(ev.Tick(self.now))
+        if self.timer is None:
+            self.send(ev.Tick(self.now))
+
+    def _fire_time(self) -> float | None:
+        """When the armed wake-up timer fires: at its time, or (with a ``timer``) off by one drawn offset,
+        never before the present."""
+        if self.wake is None:
+            return None
+        if self.timer is None:
+            return self.wake
+        if self._fired is None or self._fired[0] != self.wake:
+            fire = self.wake + self.timer.offsets()
+            # an early timer armed for a moment from now may fire at once; then it is on time (time moves on)
+            self._fired = (self.wake, fire if fire > self.now else max(self.wake, self.now))
+        return self._fired[1]
 
     def effects(self, kind: type) -> list[Effect]:
         return [e for _, e in self.log if isinstance(e, kind)]

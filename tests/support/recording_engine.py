@@ -24,6 +24,8 @@ class RecordingEngine:
     """``calls`` holds ``(action, model_key)`` with action ``start``/``ready``/``failed``/``cancelled``/``stop``."""
 
     stages: tuple[str, ...] = ("staging", "server_start", "health")
+    base_url: str | None = None
+    """The endpoint every started model reports (default: an address per model that nothing listens on)."""
     calls: list[tuple[str, str]] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
     _gates: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -60,7 +62,7 @@ class RecordingEngine:
             raise
         self.running.add(key)
         self._record("ready", key)
-        return Endpoint(f"http://fake.invalid/{model.name}")
+        return Endpoint(self.base_url or f"http://fake.invalid/{model.name}")
 
     async def stop(self, model: Model) -> None:
         self.running.discard(model.key)
@@ -86,8 +88,12 @@ def key(model: str) -> ModelKey:
     return ModelKey.parse(model) or ModelKey("default", model)
 
 
-def make_model(name: str, group: str | None = None, priority: int = 100, **serverless: Any) -> Model:
-    spec: dict[str, Any] = {"backend": "llamacpp", "source": f"file:///models/{name}.gguf"}
+def make_model(name: str, group: str | None = None, priority: int = 100, parallel: int = 64,
+               **serverless: Any) -> Model:
+    """A llama.cpp model; ``parallel`` is its server's capacity (``spec.config.parallel``: how many requests the
+    arbiter grants at once), large by default so scenarios about swapping are not about the cap."""
+    spec: dict[str, Any] = {"backend": "llamacpp", "source": f"file:///models/{name}.gguf",
+                            "config": {"parallel": parallel}}
     if group is not None:
         spec["gpu"] = {"vendor": "amd", "shared": group, "priority": priority}
     if serverless:

@@ -56,6 +56,8 @@ class ClusterProxySettings:
     """This replica's name in in-flight reports (``POD_NAME``)."""
     cold_start_timeout: float = 60.0
     queue_limit: int = 100
+    max_concurrency: int = 0
+    """``PROXY_MAX_CONCURRENCY_PER_MODEL``: the cap on top of each model's own parallel capacity."""
     pod_namespace: str = ""
     """The proxy pod's own namespace (``POD_NAMESPACE``), also in all-namespaces mode."""
     pod_uid: str = ""
@@ -66,7 +68,8 @@ class ClusterProxySettings:
 
 
 def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float = 60.0,
-                           queue_limit: int = 100, stall_after: float = STALL_AFTER) -> ClusterProxySettings:
+                           queue_limit: int = 100, stall_after: float = STALL_AFTER,
+                           max_concurrency: int = 0) -> ClusterProxySettings:
     """``POD_NAMESPACE`` (default ``default``, with a warning), ``FLEXINFER_PROXY_ALL_NAMESPACES`` and the
     test-only ``FLEXINFER_PROXY_ENDPOINT_OVERRIDE`` (both default false), ``POD_NAME`` (the identity in
     in-flight reports; hostname and pid when unset). Both flags guard access (which Models are served, where
@@ -84,16 +87,17 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
     identity = proxy_identity(env.get("POD_NAME", ""), f"{socket.gethostname()}-{os.getpid()}")
     return ClusterProxySettings(None if all_namespaces else namespace, override, identity, cold_start_timeout,
                                 queue_limit, pod_namespace=namespace, pod_uid=env.get("POD_UID", "").strip(),
-                                stall_after=stall_after)
+                                stall_after=stall_after, max_concurrency=max_concurrency)
 
 
 def proxy_policy(settings: ClusterProxySettings) -> ArbiterPolicy:
-    """Queue limit and cold-start budget from the proxy settings; the manager owns scaling (``minReplicas``,
-    idle scale-down), so the dispatcher neither starts a model without a request nor stops an idle one; no
-    restart backoff (a failed activation is retried by the next request, as the manager may have fixed the
-    cause)."""
+    """Queue limit, concurrency cap and cold-start budget from the proxy settings; the manager owns scaling
+    (``minReplicas``, idle scale-down), so the dispatcher neither starts a model without a request nor stops an
+    idle one; no restart backoff (a failed activation is retried by the next request, as the manager may have
+    fixed the cause)."""
     return ArbiterPolicy(cold_start_timeout=settings.cold_start_timeout, queue_limit=settings.queue_limit,
-                         restart_backoff=0.0, restart_backoff_max=0.0, owns_scaling=False)
+                         max_concurrency=settings.max_concurrency, restart_backoff=0.0, restart_backoff_max=0.0,
+                         owns_scaling=False)
 
 
 class ClusterSide:

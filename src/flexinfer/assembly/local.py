@@ -233,7 +233,8 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     caches = [m.resource for m in manifests if isinstance(m.resource, ModelCache)]
     proxy_cfg = local_proxy_config(env)
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
-                         queue_limit=proxy_cfg.max_queue_size, warn=warn)
+                         queue_limit=proxy_cfg.max_queue_size,
+                         max_concurrency=proxy_cfg.max_concurrency_per_model, warn=warn)
     installed = SystemAvailability(path=env.get("PATH"))
     _warn_problems(check_manifests(manifests, installed, local.engine.base_dir, every_source=True))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))

@@ -75,7 +75,8 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
     env = env if env is not None else environment()
     proxy_cfg = proxy_config(env).validate()
     settings = cluster_proxy_settings(env, cold_start_timeout=proxy_cfg.cold_start_timeout,
-                                      queue_limit=proxy_cfg.max_queue_size, stall_after=proxy_cfg.stall_timeout)
+                                      queue_limit=proxy_cfg.max_queue_size, stall_after=proxy_cfg.stall_timeout,
+                                      max_concurrency=proxy_cfg.max_concurrency_per_model)
     trace_settings = tracing_settings(env)  # every setting is checked before anything connects
     api = LightkubeModelApi.connect(load_kubeconfig(kubeconfig, env))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer-proxy", trace_settings)

@@ -19,7 +19,6 @@ from flexinfer.api.model import Model
 from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
 from flexinfer.core.phases import READY
-from flexinfer.core.profiles import declared_parallel
 from flexinfer.runtime.ports import ModelView
 
 _SOURCE_PREFIXES = ("HF://", "hf://", "ollama://", "file://")
@@ -58,7 +57,6 @@ def view(model: Model) -> ModelView:
         created=created.timestamp() if created is not None else 0.0,
         metadata={"key": model.key, "source": model.spec.source, "ready": phase == READY,
                   "loading_substage": status.loading_substage, "message": status.message},
-        parallel=declared_parallel(model),
     )
 
 

@@ -7,9 +7,9 @@ runtime class, environment and the compile-cache environment. ``BackendDefaults`
 server is started and probed, and how many requests it runs at once: ``parallel_requests`` (from
 ``spec.config.parallel``, the server flag in ``spec.config.args``, or the backend default — 1 for
 llama.cpp) is what its server is told (``parallel_args``: ``--parallel N`` for llama.cpp,
-``--max-num-seqs N`` for vLLM) and what the proxy lets through to it at once, so one client's request
+``--max-num-seqs N`` for vLLM) and what the arbiter grants it at once, so one client's request
 never shares a slot with (or interrupts) another's. Pure data plus selectors; used by
-``flexinfer.core.manifests.render``, ``flexinfer.local.profiles`` and the proxy catalogs.
+``flexinfer.core.manifests.render``, ``flexinfer.local.profiles`` and the arbiter (``Slot.capacity``).
 """
 
 from __future__ import annotations
@@ -148,6 +148,14 @@ def _default_parallel(model: Model) -> int | None:
     if backend is None or model.spec.config.get("command") is not None:
         return None
     return backend.parallel
+
+
+def effective_limit(proxy_limit: int, parallel: int | None) -> int:
+    """The smaller of the proxy-wide cap (``PROXY_MAX_CONCURRENCY_PER_MODEL``) and the model's parallel
+    capacity, ignoring unset ones (0 or ``None``); 0 = unlimited."""
+    if not parallel or parallel <= 0:
+        return max(proxy_limit, 0)
+    return min(proxy_limit, parallel) if proxy_limit > 0 else parallel
 
 
 def declared_parallel(model: Model) -> int | None:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Sequence
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
-from flexinfer.core.profiles import declared_parallel
 from flexinfer.local.profiles import served_name
 from flexinfer.runtime.ports import ModelView
 
@@ -29,7 +28,7 @@ def view(model: Model, phase: str) -> ModelView:
         name=model.name, namespace=model.namespace, backend=model.backend, served_model_name=served_name(model),
         phase=phase, group=model.group, priority=model.priority, aliases=aliases(model),
         parked=model.spec.litellm is not None and not model.spec.litellm.enabled,
-        metadata={"key": model.key}, parallel=declared_parallel(model),
+        metadata={"key": model.key},
     )
 
 

@@ -68,7 +68,7 @@ def duration(env: Mapping[str, str], name: str) -> float:
 
 
 def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: float = 60.0,
-                 queue_limit: int = 100, warn: Warn | None = None) -> LocalConfig:
+                 queue_limit: int = 100, max_concurrency: int = 0, warn: Warn | None = None) -> LocalConfig:
     """Parse the local-mode variables; the proxy's cold-start timeout and queue size feed the policy. An
     unparsable flash-loader default goes to ``warn`` (without it: ``ConfigError``)."""
     shm = env.get("FLEXINFER_SHM_ROOT", "").strip() or _DEFAULTS["FLEXINFER_SHM_ROOT"]
@@ -81,6 +81,7 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         min_hold=duration(env, "FLEXINFER_SWAP_MIN_HOLD"), max_wait=duration(env, "FLEXINFER_SWAP_MAX_WAIT"),
         drain_timeout=duration(env, "FLEXINFER_DRAIN_TIMEOUT"),
         restart_backoff=duration(env, "FLEXINFER_RESTART_BACKOFF"),
-        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, restart_changed=True,
+        cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, max_concurrency=max_concurrency,
+        restart_changed=True,
     )
     return LocalConfig(engine=engine, policy=policy, flash_loader=flash_loader_defaults(env, warn=warn))

@@ -23,9 +23,10 @@ their first event. Forgetting a model removes all its series.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -261,6 +262,10 @@ class ProxyMetrics:
         self._shutdown_duration = Histogram("flexinfer_proxy_shutdown_duration_seconds",
                                             "Duration of a graceful proxy shutdown.",
                                             buckets=SHUTDOWN_BUCKETS, registry=registry)
+        self._tasks = Gauge("flexinfer_proxy_event_loop_tasks",
+                            "asyncio tasks alive in the proxy's event loop (steady under steady load; growth is a "
+                            "leak).", registry=registry)
+        self._tasks.set_function(_task_counter())
         self._zero_series(UNKNOWN_MODEL)
         self.declare_models(models)
 
@@ -362,6 +367,15 @@ class ProxyMetrics:
         self._shutdowns.labels(result if result in ("started", "completed", "timeout") else "timeout").inc()
         if result == "completed":
             self._shutdown_duration.observe(seconds)
+
+
+def _task_counter() -> Callable[[], float]:
+    """Counts the tasks of the event loop running where the metrics were made (0 without one)."""
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    return lambda: float(len(asyncio.all_tasks(loop))) if loop is not None and not loop.is_closed() else 0.0
 
 
 def model_labels(key: str) -> tuple[str, str]:

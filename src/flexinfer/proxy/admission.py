@@ -1,7 +1,8 @@
-"""Waiting for the right to forward: a per-model concurrency slot (``limits.ConcurrencyLimiter``), then one
-call to ``Activator.acquire``, with the queue metrics (a wait at either gate is one wait), the activation
-metric and span and, for streaming requests, the ``: loading <model> …`` SSE comments sent while a cold
-start or swap runs.
+"""Waiting for the right to forward: one call to ``Activator.acquire``, the one queue a request waits in, under
+one budget, whether its model is cold, being swapped in, or Ready with all of its concurrent places taken
+(the arbiter keeps each model's parallel capacity). Around it: the queue metrics, the activation metric and
+span (cold start or swap only) and, for streaming requests, SSE comments while it waits (``: loading <model>
+…`` during an activation, ``: queued for <model> …`` while a Ready model's places are full).
 
 The model is the key the catalog resolved (``namespace/name``); metrics and comments carry it. The acquire
 call is cancelled if the client goes away (the request is then withdrawn and never counts as
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 
 from flexinfer.api.key import ModelKey
@@ -24,7 +24,6 @@ from flexinfer.core.errors import (
     RequestError,
 )
 from flexinfer.proxy.hooks import ProxyMetrics, RequestTrace, Span
-from flexinfer.proxy.limits import ConcurrencyLimiter
 from flexinfer.proxy.streaming import Reply, loading_comment
 from flexinfer.runtime.ports import Activator, Grant
 
@@ -40,10 +39,21 @@ def outcome_of(error: BaseException) -> str:
     return "cancelled"
 
 
+QUEUE_REASON = "queue"
+"""The ``on_wait`` reason of a request that waits for a free place on a Ready model (no activation)."""
+
+
+def waiting_comment(model: str, reason: str, elapsed: float) -> bytes:
+    """The SSE comment sent to a waiting stream: loading during an activation, queued otherwise."""
+    if reason == QUEUE_REASON:
+        return f": queued for {model} … {elapsed:.0f}s\n\n".encode()
+    return loading_comment(model, elapsed)
+
+
 class _Wait:
-    """One request's wait for its model, whichever gate holds it: a per-model concurrency slot (``queued``)
-    or an activation (``__call__``, the activator's ``on_wait``). The queue metrics count it once, from the
-    first wait to the grant; the activation histogram and the ``proxy.cold_start`` span cover the activation."""
+    """One request's wait for its model (the activator's ``on_wait``: called once, with the reason, when the
+    request has to wait). The queue metrics count it once, from the wait to the grant; the activation
+    histogram and the ``proxy.cold_start`` span cover a wait for an activation (not a queue wait)."""
 
     __slots__ = ("_activating", "_done", "_metrics", "_model", "_since", "_trace", "reason", "signal", "span")
 
@@ -64,19 +74,22 @@ class _Wait:
             self._metrics.wait_started(self._model)
 
     def __call__(self, reason: str) -> None:
-        if self.span is not None or self._done:
+        if self.reason or self._done:
             return
         self.queued()
-        self._activating, self.reason = time.monotonic(), reason
-        self.span = self._trace.cold_start(self._model.name)
-        self.span.set_attribute("flexinfer.activation", reason)
+        self.reason = reason
         if self.signal is not None and not self.signal.done():
             self.signal.set_result(None)
+        if reason == QUEUE_REASON:
+            return
+        self._activating = self._since
+        self.span = self._trace.cold_start(self._model.name)
+        self.span.set_attribute("flexinfer.activation", reason)
 
     @property
     def elapsed(self) -> float:
-        """Seconds since the activation wait began."""
-        return time.monotonic() - (self._activating or time.monotonic())
+        """Seconds since the wait began."""
+        return time.monotonic() - (self._since or time.monotonic())
 
     def finish(self, error: BaseException | None) -> None:
         """The wait ended: granted (``error`` None) or not; only the first call counts."""
@@ -94,19 +107,16 @@ class _Wait:
 
 
 class Admission:
-    """Admits requests for one proxy: a per-model concurrency slot, then a grant from the activator."""
+    """Admits requests for one proxy: a grant from the activator, one wait under one budget."""
 
     def __init__(self, activator: Activator, metrics: ProxyMetrics, timeout: float, interval: float) -> None:
         self._activator, self._metrics = activator, metrics
         self._timeout, self._interval = timeout, interval
 
-    def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None,
-              slots: ConcurrencyLimiter, parallel: int | None = None) -> _Admitted:
-        """Hold one of ``slots``' places for ``model`` (``parallel``: the model's own capacity) for the whole
-        ``async with`` block and give the activator's grant (the caller releases it); with a ``reply``
-        (streaming request) send loading comments while a model activates. A wait at either gate is one wait
-        in the queue metrics."""
-        return _Admitted(self, model, trace, reply, slots=slots, parallel=parallel)
+    def admit(self, model: ModelKey, trace: RequestTrace, reply: Reply | None) -> _Admitted:
+        """Give the activator's grant for ``model`` for the ``async with`` block (released on exit); with a
+        ``reply`` (streaming request) send SSE comments while the request waits."""
+        return _Admitted(self, model, trace, reply)
 
     def _acquire(self, model: ModelKey, wait: _Wait, reply: Reply | None) -> Awaitable[Grant]:
         """The activator's own coroutine for a plain request (no frame of this one stays while it waits)."""
@@ -133,44 +143,35 @@ class Admission:
                                   task: asyncio.Future[Grant]) -> None:
         response = await reply.start_sse()
         while not task.done():
-            await response.write(loading_comment(model.name, wait.elapsed))
+            await response.write(waiting_comment(model.name, wait.reason, wait.elapsed))
             await asyncio.wait((task,), timeout=self._interval)
 
 
 class _Admitted:
     """The ``async with`` of ``Admission.admit`` (a plain class: no generator frames per request)."""
 
-    __slots__ = ("_admission", "_model", "_parallel", "_reply", "_slot", "_slots", "_trace")
+    __slots__ = ("_admission", "_grant", "_model", "_reply", "_trace")
 
-    def __init__(self, admission: Admission, model: ModelKey, trace: RequestTrace, reply: Reply | None, *,
-                 slots: ConcurrencyLimiter, parallel: int | None) -> None:
-        self._admission, self._model, self._trace, self._reply, self._slots = admission, model, trace, reply, slots
-        self._parallel = parallel
-        self._slot: AbstractAsyncContextManager[None] | None = None
+    def __init__(self, admission: Admission, model: ModelKey, trace: RequestTrace, reply: Reply | None) -> None:
+        self._admission, self._model, self._trace, self._reply = admission, model, trace, reply
+        self._grant: Grant | None = None
 
     async def __aenter__(self) -> Grant:
         admission = self._admission
         wait = _Wait(self._model, admission._metrics, self._trace)
-        slot = self._slots.slot(self._model, admission._timeout, self._parallel, wait.queued)
-        try:
-            await slot.__aenter__()
-        except BaseException as error:
-            wait.finish(error)
-            raise
         try:
             grant = await admission._acquire(self._model, wait, self._reply)
         except BaseException as error:
             wait.finish(error)
-            await slot.__aexit__(type(error), error, error.__traceback__)
             raise
         wait.finish(None)
-        self._slot = slot
+        self._grant = grant
         return grant
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         traceback: TracebackType | None) -> None:
-        assert self._slot is not None
-        await self._slot.__aexit__(kind, error, traceback)
+        if self._grant is not None:
+            self._grant.release()
 
 
 def _release_late_grant(task: asyncio.Future[Grant]) -> None:

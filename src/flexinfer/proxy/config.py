@@ -41,9 +41,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            Kind.QUANTITY),
     EnvVar("PROXY_MAX_CONCURRENCY_PER_MODEL", "0", "Requests forwarded to one model at once, on top of the "
            "model's own parallel capacity (`spec.config.parallel`; 1 for llama.cpp unless set) which always "
-           "applies (0 = no extra cap); excess requests wait within the queue timeout.", Kind.INT),
-    EnvVar("PROXY_LOADING_COMMENT_INTERVAL", "1.5s", "Interval of `: loading <model>` SSE comments while a "
-           "streaming request waits for a cold start or swap.", Kind.DURATION),
+           "applies (0 = no extra cap); excess requests wait in the model's one queue, under the same budget as "
+           "a request waiting for a cold start or swap.", Kind.INT),
+    EnvVar("PROXY_LOADING_COMMENT_INTERVAL", "1.5s", "Interval of the SSE comments a waiting streaming request "
+           "gets: `: loading <model>` during a cold start or swap, `: queued for <model>` while the model's "
+           "places are taken.", Kind.DURATION),
     EnvVar("PROXY_UPSTREAM_CONNECT_TIMEOUT", "10s", "Connect timeout to a model server (also the longest wait "
            "for a free connection when `PROXY_UPSTREAM_MAX_CONNECTIONS` are in use).", Kind.DURATION),
     EnvVar("PROXY_UPSTREAM_MAX_CONNECTIONS", "1024", "Connections open to one model server at once (0 = no limit); "

@@ -2,9 +2,9 @@
 
 auth → body limit (413) → model resolution (400/404/409, aliases, parked; a ``background`` workload-class
 request for a model that is not Ready → 503 without activating it). Resolution happens once, here, through the
-catalog; from then on the request carries the model's key (``namespace/name``): rate and concurrency limits,
-the activator, the grant and the metrics all use it → rate limit (429) → per-model
-concurrency → ``Activator.acquire`` (queue/cold start/swap; loading comments on streams) → body rewrite to
+catalog; from then on the request carries the model's key (``namespace/name``): the rate limit, the activator,
+the grant and the metrics all use it → rate limit (429) → ``Activator.acquire`` (one wait under one budget:
+the model's concurrency cap, cold start or swap; comments on waiting streams) → body rewrite to
 the served model name → forward and relay → ``Grant.release`` exactly once. Every failure becomes an
 OpenAI error via ``Reply.fail``. Metrics and the request span are closed in one ``finally``. Built by
 ``app.create_app``; the front server (``front.server``) calls ``handle`` for every proxied route.
@@ -27,7 +27,7 @@ from flexinfer.proxy.errors import BackgroundNotReadyError, InternalError, Model
 from flexinfer.proxy.forwarding import HOP_BY_HOP, Forwarder, upstream_headers
 from flexinfer.proxy.front.message import FrontRequest, ResponseWriter
 from flexinfer.proxy.hooks import NullTracer, ProxyMetrics, ProxyTracer, RequestTrace
-from flexinfer.proxy.limits import ConcurrencyLimiter, RateLimiter, RateLimitExceededError
+from flexinfer.proxy.limits import RateLimiter, RateLimitExceededError
 from flexinfer.proxy.request_ids import REQUEST_ID_HEADER, request_id
 from flexinfer.proxy.routing import (
     MODEL_HEADER,
@@ -74,7 +74,6 @@ class ProxyHandler:
             config.rate_limit_per_model, config.rate_limit_burst,
             config.rate_limit_global, config.rate_limit_global_burst,
         ) if config.rate_limit_enabled else None
-        self._concurrency = ConcurrencyLimiter(config.max_concurrency_per_model)
         self._admission = Admission(activator, metrics, config.wait_timeout, config.loading_comment_interval)
         dropped = {MODEL_HEADER.lower(), WORKLOAD_CLASS_HEADER.lower()}
         if config.auth_enabled:
@@ -156,8 +155,7 @@ class ProxyHandler:
             raise BackgroundNotReadyError(key, view.phase)
         self._rate_limit(key)
         outcome.stream = routed.streaming
-        async with self._admission.admit(key, trace, reply if routed.streaming else None,
-                                         self._concurrency, view.parallel) as grant:
+        async with self._admission.admit(key, trace, reply if routed.streaming else None) as grant:
             self._metrics.connection_opened(key)
             outcome.waited, forwarded = grant.waited_seconds, time.perf_counter()
             try:
@@ -165,7 +163,6 @@ class ProxyHandler:
                                     base_url=grant.endpoint.base_url, rid=rid)
             finally:
                 outcome.upstream = time.perf_counter() - forwarded
-                grant.release()
                 self._metrics.connection_closed(key)
 
     async def _forward(self, request: FrontRequest, reply: Reply, trace: RequestTrace, *, routed: RoutedRequest,

@@ -130,11 +130,23 @@ class EffectRunner:
             log.exception("on_wait callback failed")
 
     def schedule_wake(self, at: float | None, clock: Callable[[], float], auto: bool) -> None:
+        """Arm the one wake-up timer for ``at`` (replacing the previous one). A timer that fires before ``at``
+        on ``clock`` (uvloop's ``call_later`` may fire up to ~1 ms early) arms itself again for the rest, so
+        the ``Tick`` it posts always reads a time at or past ``at``."""
         self.cancel_wake()
         if at is None or not auto:
             return
-        delay = max(at - clock(), 0.0)
-        self._wake = asyncio.get_running_loop().call_later(delay, lambda: self._post(ev.Tick(clock())))
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            left = at - clock()
+            if left > 0:
+                self._wake = loop.call_later(left, fire)
+                return
+            self._wake = None
+            self._post(ev.Tick(clock()))
+
+        self._wake = loop.call_later(max(at - clock(), 0.0), fire)
 
     def cancel_wake(self) -> None:
         if self._wake is not None:

@@ -91,8 +91,6 @@ class ModelView:
     parked: bool = False
     created: float = 0.0
     metadata: dict[str, object] = field(default_factory=dict)
-    parallel: int | None = None
-    """Requests its server runs at once (the proxy lets no more through); ``None``: no such limit."""
 
     @cached_property
     def key(self) -> ModelKey:

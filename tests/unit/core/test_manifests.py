@@ -181,7 +181,7 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
     ("vllm", {"parallel": 16}, ["--max-num-seqs", "16"]),
 ])
 def test_server_is_told_its_parallel_capacity(backend: str, config: dict[str, Any], expected: list[str]) -> None:
-    """The same capacity the proxy enforces (``ModelView.parallel``) reaches the server's command line."""
+    """The same capacity the arbiter enforces (``Slot.capacity``) reaches the server's command line."""
     args = container(render(backend=backend, source="file:///m/x.gguf", config=config)[0])["args"]
     assert args[6:] == expected
 

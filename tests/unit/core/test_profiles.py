@@ -12,6 +12,7 @@ from flexinfer.core.profiles import (
     backend_defaults,
     compile_cache_host_dir,
     declared_parallel,
+    effective_limit,
     parallel_requests,
     runtime_profile,
 )
@@ -96,3 +97,8 @@ def test_invalid_parallel_falls_back_to_the_backend_default_for_the_proxy() -> N
     with pytest.raises(ConfigError, match=r"spec\.config\.parallel"):
         parallel_requests(model)
     assert declared_parallel(model) == 1
+
+
+@pytest.mark.parametrize(("proxy", "parallel", "limit"), [(0, None, 0), (0, 1, 1), (8, None, 8), (8, 2, 2), (1, 4, 1)])
+def test_effective_limit_is_the_smaller_set_one(proxy: int, parallel: int | None, limit: int) -> None:
+    assert effective_limit(proxy, parallel) == limit

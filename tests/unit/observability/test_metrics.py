@@ -228,3 +228,21 @@ def test_request_duration_buckets_fit_llm_requests() -> None:
     assert value(registry, bucket, model="a", namespace="default", le="60.0") == 1
     assert value(registry, bucket, model="a", namespace="default", le="450.0") == 1
     assert value(registry, bucket, model="a", namespace="default", le="600.0") == 2
+
+
+async def test_the_event_loop_task_gauge_counts_the_tasks_of_the_proxys_loop() -> None:
+    registry = CollectorRegistry()
+    ProxyMetrics(registry, [])
+    before = registry.get_sample_value("flexinfer_proxy_event_loop_tasks")
+    release = asyncio.Event()
+    extra = [asyncio.ensure_future(release.wait()) for _ in range(3)]
+    assert registry.get_sample_value("flexinfer_proxy_event_loop_tasks") == before + 3
+    release.set()
+    await asyncio.gather(*extra)
+    assert registry.get_sample_value("flexinfer_proxy_event_loop_tasks") == before
+
+
+def test_the_event_loop_task_gauge_is_zero_without_a_loop() -> None:
+    registry = CollectorRegistry()
+    ProxyMetrics(registry, [])
+    assert registry.get_sample_value("flexinfer_proxy_event_loop_tasks") == 0

@@ -7,6 +7,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 import pytest
@@ -14,13 +15,17 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from flexinfer.api.key import ModelKey
+from flexinfer.api.model import Model
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import RequestError
 from flexinfer.proxy.app import ProxyServer, create_app
 from flexinfer.proxy.config import ProxyConfig
 from flexinfer.proxy.hooks import ProxyMetrics, ProxyTracer
+from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.ports import Catalog, Endpoint, Grant, ModelView
 from support.fake_openai import FakeOpenAI, Script
 from support.polling import eventually
+from support.recording_engine import RecordingEngine
 
 
 class StubCatalog:
@@ -109,7 +114,8 @@ class Proxy:
     """A started proxy plus what it was built with."""
 
     url: str
-    activator: StubActivator
+    activator: Any
+    """The ``StubActivator`` unless the test passed another one."""
     catalog: StubCatalog | Catalog
     server: ProxyServer
     session: aiohttp.ClientSession
@@ -125,9 +131,11 @@ async def make_proxy(fake: FakeOpenAI) -> AsyncIterator[ProxyFactory]:
 
     async def factory(config: ProxyConfig | None = None, *, metrics: ProxyMetrics | None = None,
                       tracer: ProxyTracer | None = None, catalog: Catalog | None = None,
-                      registry: CollectorRegistry | None = None, **overrides: object) -> Proxy:
+                      registry: CollectorRegistry | None = None, activator: Any = None,
+                      **overrides: object) -> Proxy:
+        """``activator``: a real one (a ``Dispatcher``) instead of the ``StubActivator``."""
         cfg = replace(config or ProxyConfig(shutdown_drain_delay=0.0, loading_comment_interval=0.05), **overrides)
-        activator = StubActivator(base_url=fake.base_url)
+        activator = activator or StubActivator(base_url=fake.base_url)
         catalog, registry = catalog or StubCatalog(DEFAULT_VIEWS), registry or CollectorRegistry()
         app = create_app(cfg, activator, catalog, registry=registry, metrics=metrics, tracer=tracer)
         server = ProxyServer(app, cfg)
@@ -141,3 +149,21 @@ async def make_proxy(fake: FakeOpenAI) -> AsyncIterator[ProxyFactory]:
         await proxy.session.close()
         if proxy.server.port and not proxy.server.closed:
             await proxy.server.shutdown()
+
+
+@pytest.fixture
+async def make_dispatcher(fake: FakeOpenAI) -> AsyncIterator[Callable[..., Dispatcher]]:
+    """Real dispatchers (the arbiter's queue, capacity and deadlines) over a recording engine whose models all
+    answer at the fake upstream; each is started, and shut down after the test."""
+    started: list[Dispatcher] = []
+
+    def factory(models: Sequence[Model], policy: ArbiterPolicy | None = None,
+                engine: RecordingEngine | None = None) -> Dispatcher:
+        dispatcher = Dispatcher(engine or RecordingEngine(base_url=fake.base_url), models, policy=policy)
+        dispatcher.start()
+        started.append(dispatcher)
+        return dispatcher
+
+    yield factory
+    for dispatcher in started:
+        await dispatcher.shutdown()

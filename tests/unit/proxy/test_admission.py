@@ -11,7 +11,6 @@ import pytest
 
 from flexinfer.proxy.admission import Admission
 from flexinfer.proxy.hooks import NullMetrics, NullTracer
-from flexinfer.proxy.limits import ConcurrencyLimiter
 from flexinfer.runtime.ports import Endpoint, Grant
 from support.polling import eventually
 from support.recording_engine import key
@@ -44,7 +43,7 @@ async def test_streaming_grant_racing_with_abandonment_is_released() -> None:
     trace = NullTracer().start_request("POST", "/v1/chat/completions", {})
 
     async def forward() -> None:
-        async with admission.admit(key("m"), trace, reply, ConcurrencyLimiter(0)):
+        async with admission.admit(key("m"), trace, reply):
             raise AssertionError("the abandoned request must not be forwarded")
 
     request = asyncio.create_task(forward())

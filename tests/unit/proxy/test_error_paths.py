@@ -7,9 +7,11 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import ColdStartTimeoutError, ModelFailedError, QueueFullError, ShuttingDownError
 from flexinfer.observability.metrics import ProxyMetrics
 from flexinfer.proxy.config import ProxyConfig
+from support.recording_engine import make_model
 
 CHAT = "/v1/chat/completions"
 
@@ -188,10 +190,15 @@ async def test_unknown_route_and_wrong_method_use_the_envelope(make_proxy):
         _assert_envelope(await response.json(), "invalid_request_error", "method_not_allowed")
 
 
-async def test_per_model_concurrency_limit_times_out_with_504(make_proxy, fake):
+async def test_a_request_beyond_the_models_capacity_times_out_with_504_naming_the_cap(make_proxy, fake,
+                                                                                      make_dispatcher):
+    """The cap is the arbiter's: a second request for a one-place model waits in the model's queue, under the one
+    budget, and gets a 504 that says it waited for a free place; another model is not held up."""
     fake.hold_after_first_chunk = asyncio.Event()
-    proxy = await make_proxy(ProxyConfig(max_concurrency_per_model=1, queue_timeout=0.2, cold_start_timeout=0.2,
-                                         shutdown_drain_delay=0))
+    dispatcher = make_dispatcher([make_model("alpha", parallel=1), make_model("beta", parallel=1)],
+                                 ArbiterPolicy(cold_start_timeout=0.2))
+    proxy = await make_proxy(ProxyConfig(queue_timeout=0.2, cold_start_timeout=0.2, shutdown_drain_delay=0),
+                             activator=dispatcher)
     async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as held:
         await fake.first_chunk_sent.wait()
         status, _, body = await _post(proxy, json={"model": "alpha"})
@@ -200,6 +207,7 @@ async def test_per_model_concurrency_limit_times_out_with_504(make_proxy, fake):
         await held.read()
     assert status == 504 and other == 200
     _assert_envelope(body, "timeout_error", "timeout")
+    assert "free slot on model 'alpha' (limit 1 concurrent request;" in body["error"]["message"]
 
 
 BACKGROUND = {"X-FlexInfer-Internal-Workload-Class": "Background"}

@@ -14,6 +14,7 @@ else (a model loading, draining or preempted, a contender waiting, a deadline du
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from flexinfer.api.key import ModelKey
@@ -28,13 +29,13 @@ from flexinfer.core.arbiter.state import (
     activation_success_effects,
     backoff_error,
     challenger,
+    decision_times,
     express_keys,
     failed_error,
     first_choice,
-    next_decision_time,
+    wait_timeout_error,
 )
 from flexinfer.core.errors import (
-    ColdStartTimeoutError,
     ModelNotFoundError,
     QueueFullError,
     RequestError,
@@ -42,6 +43,7 @@ from flexinfer.core.errors import (
 )
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.phases import FAILED, IDLE, LOADING, PENDING, PREEMPTED, READY, check_transition
+from flexinfer.core.profiles import declared_parallel, effective_limit
 
 
 class Arbiter:
@@ -59,7 +61,7 @@ class Arbiter:
         self._express: frozenset[ModelKey] = frozenset()
         """Models whose requests may take the express lane until the next ``handle`` (``express_keys``)."""
         for model in models:
-            self.slots[model.key] = Slot(model)
+            self.slots[model.key] = self._new_slot(model)
         # Models declared before the first event: ``handle`` reports them (``ModelDeclared``) first.
         self._announce = [slot.model for slot in self.slots.values()]
 
@@ -69,8 +71,14 @@ class Arbiter:
         """Apply one event at time ``now``; return the effects to execute, in order."""
         self._fx = [ev.ModelDeclared(model) for model in self._announce]
         self._announce = []
+        if isinstance(event, ev.Tick):
+            # The timer behind the pending wake-up has fired (maybe early: uvloop's call_later can fire up to
+            # ~1 ms before its time): forget it, so ``_schedule`` asks for the next one again even when it is
+            # the same time. A wake-up that finds nothing due re-arms instead of being lost.
+            self._wake = None
         self._apply(event, now)
         self._expire(now)
+        self._fill(now)
         self._arbitrate(now)
         self._finish_shutdown()
         self._schedule(now)
@@ -87,6 +95,8 @@ class Arbiter:
         if key not in self._express or (self._wake is not None and now >= self._wake):
             return None
         slot = self.slots[key]
+        if not slot.has_room:
+            return None
         slot.last_active, slot.held_off = now, False
         self.tickets[ticket] = Ticket(ticket, key, now, now, granted=True)
         slot.in_flight.add(ticket)
@@ -121,6 +131,8 @@ class Arbiter:
         slot = self.slots.get(key)
         if slot is None:
             return "cold_start"
+        if slot.servable:
+            return "queue"
         if slot.activation is not None:
             return slot.activation.kind
         peers = [s for s in self.slots.values() if s.group is not None and s.group == slot.group and s is not slot]
@@ -169,7 +181,7 @@ class Arbiter:
         slot.last_active, slot.held_off = now, False
         if slot.backing_off(now):
             return self._reject_new(event, backoff_error(slot, now))
-        if slot.servable:
+        if slot.has_room:
             self.tickets[event.ticket] = Ticket(event.ticket, key, now, now, granted=True)
             slot.in_flight.add(event.ticket)
             return self._emit(ev.GrantTicket(event.ticket, key, slot.endpoint, 0.0))
@@ -202,6 +214,28 @@ class Arbiter:
         if slot.removed and not slot.running and not slot.in_flight:
             self._forget(slot)
 
+    def _fill(self, now: float) -> None:
+        """Grant waiting tickets of Ready models that have room again (a request ended, the cap changed)."""
+        for slot in self.slots.values():
+            if slot.queue and slot.servable:
+                self._grant_queued(slot, now, None)
+
+    def _grant_queued(self, slot: Slot, now: float, kind: str | None) -> None:
+        """Grant ``slot``'s waiting tickets in arrival order, as many as its capacity has room for."""
+        room = slot.capacity - len(slot.in_flight) if slot.capacity else len(slot.queue)
+        for ticket in list(itertools.islice(slot.queue.values(), max(room, 0))):
+            slot.queue.pop(ticket.id)
+            ticket.granted = True
+            slot.in_flight.add(ticket.id)
+            self._emit(ev.GrantTicket(ticket.id, slot.key, slot.endpoint, now - ticket.arrived, kind))
+
+    def capacity_of(self, model: Model) -> int:
+        """How many tickets ``model`` may hold at once (0 = unlimited)."""
+        return effective_limit(self.policy.max_concurrency, declared_parallel(model))
+
+    def _new_slot(self, model: Model) -> Slot:
+        return Slot(model, capacity=self.capacity_of(model))
+
     def _reject(self, slot: Slot, ticket: Ticket, error: RequestError) -> None:
         slot.queue.pop(ticket.id, None)
         self.tickets.pop(ticket.id, None)
@@ -220,11 +254,7 @@ class Arbiter:
         self._observe(slot, activation, now)
         if activation.kind == "swap":
             slot.last_swap = now
-        for ticket in list(slot.queue.values()):
-            ticket.granted = True
-            slot.in_flight.add(ticket.id)
-            self._emit(ev.GrantTicket(ticket.id, key, endpoint, now - ticket.arrived, activation.kind))
-        slot.queue.clear()
+        self._grant_queued(slot, now, activation.kind)
         if slot.group is not None and self.next_up.get(slot.group) == key:
             del self.next_up[slot.group]
 
@@ -319,7 +349,7 @@ class Arbiter:
         for key, model in declared.items():
             slot = self.slots.get(key)
             if slot is None:
-                self.slots[key] = Slot(model)
+                self.slots[key] = self._new_slot(model)
                 self._emit(ev.ModelDeclared(model))
                 continue
             if slot.removed or slot.model != model:
@@ -337,6 +367,7 @@ class Arbiter:
         group drains it off the old one."""
         moved = slot.group != Slot(model).group
         slot.model, slot.failures, slot.retry_at = model, 0, None
+        slot.capacity = self.capacity_of(model)
         if not slot.running or slot.stopping:
             return
         if self.policy.restart_changed:
@@ -382,9 +413,7 @@ class Arbiter:
     def _expire(self, now: float) -> None:
         for slot in list(self.slots.values()):
             for ticket in slot.queue.due(now):
-                waited = now - ticket.arrived
-                self._reject(slot, ticket, ColdStartTimeoutError(
-                    f"Timeout waiting for model '{slot.model.name}' to become ready (waited {waited:.1f}s)"))
+                self._reject(slot, ticket, wait_timeout_error(slot, now - ticket.arrived))
             if slot.drain_until is not None and slot.drain_until <= now and not slot.stopping:
                 self._stop(slot, forced=True)
             idle_end = slot.idle_deadline(self.policy)
@@ -461,9 +490,8 @@ class Arbiter:
                 yield slot.retry_at
         for members in self._groups().values():
             holder = next((s for s in members if s.servable), None)
-            decision = None if holder is None else next_decision_time(holder, members, self.policy)
-            if decision is not None:
-                yield decision
+            if holder is not None:
+                yield from decision_times(holder, members, self.policy)
 
     # ------------------------------------------------------------ small pieces
 

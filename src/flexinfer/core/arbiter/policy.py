@@ -19,6 +19,10 @@ class ArbiterPolicy:
     """Per-ticket wait budget when the model has no ``spec.serverless.coldStartTimeout``."""
     queue_limit: int = 100
     """Waiting tickets per model; one more is rejected with ``QueueFullError``."""
+    max_concurrency: int = 0
+    """Granted tickets per model at once on top of the model's own parallel capacity (``spec.config.parallel``,
+    1 for llama.cpp): the smaller one applies, 0 = only the model's own (``PROXY_MAX_CONCURRENCY_PER_MODEL``).
+    A request beyond it waits in the model's queue, under its one deadline, like a request for a cold model."""
     restart_backoff: float = 5.0
     """Backoff after the first failed start; doubles per consecutive failure up to the max."""
     restart_backoff_max: float = 300.0

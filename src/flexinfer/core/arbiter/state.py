@@ -15,7 +15,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.events import Effect
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from flexinfer.core.errors import ModelFailedError
+from flexinfer.core.errors import ColdStartTimeoutError, ModelFailedError
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.phases import FAILED, IDLE, READY
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
@@ -125,6 +125,9 @@ class Slot:
     """Why the last start failed (for the backoff rejection's message)."""
     last_swap: float | None = None
     removed: bool = False
+    capacity: int = 0
+    """Grants at once (the model's parallel capacity and the proxy-wide cap, ``Arbiter.capacity_of``); 0 =
+    unlimited. Tickets beyond it wait in ``queue``."""
 
     @property
     def key(self) -> ModelKey:
@@ -140,6 +143,11 @@ class Slot:
     def servable(self) -> bool:
         """Ready and accepting new grants (not draining or stopping)."""
         return self.running and self.phase == READY and self.drain_until is None and not self.stopping
+
+    @property
+    def has_room(self) -> bool:
+        """Another ticket may be granted now: servable, below its capacity, and nobody queued before it."""
+        return self.servable and not self.queue and (not self.capacity or len(self.in_flight) < self.capacity)
 
     @property
     def loading(self) -> bool:
@@ -233,15 +241,28 @@ def challenger(holder: Slot, slots: Sequence[Slot], now: float, policy: ArbiterP
     return best if not busy or best.model.priority > holder.model.priority else None
 
 
-def next_decision_time(holder: Slot, slots: Sequence[Slot], policy: ArbiterPolicy) -> float | None:
-    """When ``challenger`` could change its answer without a new event (hold end, starvation threshold)."""
+def decision_times(holder: Slot, slots: Sequence[Slot], policy: ArbiterPolicy) -> list[float]:
+    """Every time at which ``challenger`` could change its answer without a new event: the hold's end and each
+    waiting model's starvation threshold. All of them, past ones too: the caller takes the first one still
+    ahead (the earliest alone may be past — the hold ended — while a starvation threshold is still to come)."""
     others = [s for s in slots if s is not holder and s.queue]
     if not others:
-        return None
+        return []
     times = [oldest + policy.max_wait for s in others if (oldest := s.oldest_wait) is not None]
     if holder.ready_since is not None:
         times.append(holder.ready_since + policy.min_hold)
-    return min(times)
+    return times
+
+
+def wait_timeout_error(slot: Slot, waited: float) -> ColdStartTimeoutError:
+    """The error for a ticket whose deadline passed: its model did not become Ready in time, or (Ready) had no
+    free place among its ``capacity`` concurrent requests."""
+    name = slot.model.name
+    if slot.servable and slot.capacity:
+        plural = "s" if slot.capacity != 1 else ""
+        return ColdStartTimeoutError(f"Timeout waiting for a free slot on model '{name}' (limit {slot.capacity} "
+                                     f"concurrent request{plural}; waited {waited:.1f}s)")
+    return ColdStartTimeoutError(f"Timeout waiting for model '{name}' to become ready (waited {waited:.1f}s)")
 
 
 def failed_error(slot: Slot, error: str, retry_after: float) -> ModelFailedError:
