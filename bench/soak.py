@@ -31,11 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.local_serve import ServeProcess, model_manifest, serve_env, write_manifests
-from support.storm import Storm, plan_storm, run_storm
-from support.tiny_gguf import write_tiny_gguf
-
-MODELS = {"tiny-a": 100, "tiny-b": 100, "tiny-c": 150, "tiny-d": 200}
+from support.local_serve import ServeProcess, serve_env
+from support.storm import STORM_MODELS, Storm, plan_storm, run_storm, storm_manifests
 
 
 @dataclass
@@ -65,16 +62,10 @@ HEADER = ["min", "requests", "answered", "dropped by client", "errors (status co
 
 
 def _serve(workdir: Path) -> ServeProcess:
-    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
-    documents = []
-    for i, (name, priority) in enumerate(MODELS.items()):
-        doc = model_manifest(name, write_tiny_gguf(workdir / f"{name}.gguf", seed=i), "gpu0", config)
-        doc["spec"]["gpu"]["priority"] = priority
-        documents.append(doc)
-    manifests = write_manifests(workdir / "models" / "models.yaml", documents)
+    manifests = storm_manifests(workdir)
     env = serve_env(workdir / "state", FLEXINFER_SWAP_MIN_HOLD="2s", FLEXINFER_SWAP_MAX_WAIT="8s",
                     FLEXINFER_DRAIN_TIMEOUT="5s", PROXY_COLD_START_TIMEOUT="20s", PROXY_QUEUE_TIMEOUT="20s")
-    return ServeProcess.start(manifests.parent, env, extra=("--log-format", "json"))
+    return ServeProcess.start(manifests, env, extra=("--log-format", "json"))
 
 
 def _process_figures(pid: int) -> tuple[float, int]:
@@ -117,7 +108,7 @@ async def soak(args: argparse.Namespace) -> None:
             start, seen = time.monotonic(), 0
             window = 0
             while time.monotonic() - start < args.duration:
-                plan = plan_storm(args.seed + window, list(MODELS), args.requests, args.window)
+                plan = plan_storm(args.seed + window, list(STORM_MODELS), args.requests, args.window)
                 storm = await run_storm(serve.url, plan, concurrency=args.concurrency, budget=args.budget)
                 lines, seen = _lines(serve, seen)
                 waits = [float(line["queue_wait_s"]) for line in lines if "queue_wait_s" in line]

@@ -12,18 +12,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from email.message import Message
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import openai
 import pytest
 
 from support.local_serve import ServeProcess, model_manifest, serve_env, write_manifests
+from support.raw_http import raw_exchange
 
 pytestmark = [
     pytest.mark.integration,
@@ -132,19 +131,10 @@ def test_client_mistakes_are_openai_400s_with_a_clean_message(tmp_path: Path) ->
             assert "File " not in error["message"] and "'input'" not in error["message"], (case, error)
             assert len(error["message"]) <= 300, (case, error)
         for case, (raw, expected) in UNPARSEABLE.items():
-            head, _, answer = _raw(serve.url, raw).partition(b"\r\n\r\n")
+            head, _, answer = raw_exchange(serve.url, raw).partition(b"\r\n\r\n")
             assert int(head.split(b" ", 2)[1]) == expected, (case, head)
             assert b"content-type: application/json" in head.lower(), (case, head)
             assert json.loads(answer)["error"]["type"] == "invalid_request_error", case
     assert serve.log.count("rejected a malformed request") == len(UNPARSEABLE)
 
 
-def _raw(url: str, data: bytes) -> bytes:
-    """Send ``data`` and read until the proxy closes the connection."""
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
-        sock.sendall(data)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import openai
 import pytest
 
 from support.local_serve import ServeProcess, fake_server_command, model_manifest, serve_env, write_manifests
+from support.raw_http import raw_exchange
 
 pytestmark = pytest.mark.integration
 TRACEBACK = b"""Traceback (most recent call last):
@@ -22,16 +21,6 @@ TRACEBACK = b"""Traceback (most recent call last):
     raise RuntimeError("kv cache exhausted in /srv/llm/app/cache.py")
 RuntimeError: kv cache exhausted in /srv/llm/app/cache.py
 """
-
-
-def _raw(url: str, data: bytes) -> bytes:
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
-        sock.sendall(data)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def test_openai_surface_of_a_running_serve(tmp_path: Path) -> None:
@@ -64,7 +53,7 @@ def test_openai_surface_of_a_running_serve(tmp_path: Path) -> None:
             assert caught.value.body["message"] == (  # type: ignore[index]
                 "model server answered 500: RuntimeError: kv cache exhausted in <path>")
 
-        answer = _raw(serve.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n"
+        answer = raw_exchange(serve.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n"
                                  b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}")
         assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
     finally:

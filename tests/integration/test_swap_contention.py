@@ -26,8 +26,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from support.local_serve import ServeProcess, model_manifest, serve_env, write_manifests
-from support.storm import Storm, plan_storm, run_storm
+from support.local_serve import ServeProcess, serve_env
+from support.storm import STORM_MODELS, Storm, plan_storm, run_storm, storm_manifests
 
 pytestmark = [
     pytest.mark.integration,
@@ -35,7 +35,6 @@ pytestmark = [
                        reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)"),
 ]
 
-MODELS = {"tiny-a": 100, "tiny-b": 100, "tiny-c": 150, "tiny-d": 200}
 MIN_HOLD, MAX_WAIT, BUDGET = 2.0, 8.0, 25.0
 SLACK = 1.0
 """How far a sampled observation may lag the arbiter (status polls, log lines, a stop in progress)."""
@@ -43,19 +42,11 @@ SLACK = 1.0
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeProcess]:
-    from support.tiny_gguf import write_tiny_gguf
-
-    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
-    documents = []
-    for i, (name, priority) in enumerate(MODELS.items()):
-        doc = model_manifest(name, write_tiny_gguf(tmp_path / f"{name}.gguf", seed=i), "gpu0", config)
-        doc["spec"]["gpu"]["priority"] = priority
-        documents.append(doc)
-    manifests = write_manifests(tmp_path / "models" / "models.yaml", documents)
+    manifests = storm_manifests(tmp_path)
     env = serve_env(tmp_path / "state", FLEXINFER_SWAP_MIN_HOLD=f"{MIN_HOLD}s", FLEXINFER_SWAP_MAX_WAIT=f"{MAX_WAIT}s",
                     FLEXINFER_DRAIN_TIMEOUT="5s", PROXY_COLD_START_TIMEOUT=f"{BUDGET - 5}s",
                     PROXY_QUEUE_TIMEOUT=f"{BUDGET - 5}s")
-    process = ServeProcess.start(manifests.parent, env, extra=("--log-format", "json", "--no-access-log"))
+    process = ServeProcess.start(manifests, env, extra=("--log-format", "json", "--no-access-log"))
     yield process
     process.stop()
 
@@ -130,7 +121,7 @@ def _name(key: str) -> str:
 
 async def test_a_seeded_storm_on_one_group_answers_every_request_within_its_budget(serve: ServeProcess) -> None:
     seed = int(os.environ.get("FLEXINFER_STORM_SEED", "23"))
-    plan = plan_storm(seed, list(MODELS), count=70, duration=45.0)
+    plan = plan_storm(seed, list(STORM_MODELS), count=70, duration=45.0)
     stop, stalls = asyncio.Event(), []
     watcher = asyncio.ensure_future(_watch(serve.url, stop, stalls))
     wall_start, mono_start = time.time(), time.monotonic()

@@ -16,9 +16,15 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import openai
 
+from support.local_serve import model_manifest, write_manifests
+from support.tiny_gguf import write_tiny_gguf
+
+STORM_MODELS = {"tiny-a": 100, "tiny-b": 100, "tiny-c": 150, "tiny-d": 200}
+"""The storm's models (name → priority), all in GPU group ``gpu0``."""
 KINDS = ("plain", "stream", "cancel", "abandon")
 WEIGHTS = (0.35, 0.45, 0.1, 0.1)
 
@@ -66,9 +72,22 @@ class Storm:
         counts: dict[str, int] = {}
         for o in self.outcomes:
             if o.result in ("error", "bad"):
-                key = f"{o.status} {o.code}" if o.result == "error" else f"bad: {o.message[:60]}"
+                status = o.status or "SSE"  # an error event on a stream whose head was sent
+                key = f"{status} {o.code}" if o.result == "error" else f"bad: {o.message[:60]}"
                 counts[key] = counts.get(key, 0) + 1
         return counts
+
+
+def storm_manifests(workdir: Path) -> Path:
+    """Write the ``STORM_MODELS`` (tiny llama.cpp models, generated weights, one thread each) into one group;
+    returns the manifest directory for ``flexinfer serve -f``."""
+    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    documents = []
+    for i, (name, priority) in enumerate(STORM_MODELS.items()):
+        doc = model_manifest(name, write_tiny_gguf(workdir / f"{name}.gguf", seed=i), "gpu0", config)
+        doc["spec"]["gpu"]["priority"] = priority
+        documents.append(doc)
+    return write_manifests(workdir / "models" / "models.yaml", documents).parent
 
 
 def plan_storm(seed: int, models: Sequence[str], count: int, duration: float) -> list[Planned]:

@@ -120,12 +120,8 @@ async def test_an_event_stream_ending_without_any_event_after_its_head_ends_with
 async def test_a_silent_stream_after_loading_comments_ends_with_an_error_event(make_proxy, fake):
     fake.script.silent_stream = True
     proxy = await make_proxy()
-    gate = proxy.activator.gates["alpha"] = asyncio.Event()
-    async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as response:
-        await _read_until(response.content, b": loading alpha")
-        gate.set()
-        body = await response.content.read()
-    assert response.status == 200 and _last_event(body)["error"]["code"] == "bad_gateway"
+    status, body = await _stream_after_loading(proxy)
+    assert status == 200 and _last_event(body)["error"]["code"] == "bad_gateway"
     proxy.activator.assert_released_once()
 
 
@@ -172,11 +168,8 @@ async def test_activation_failure_after_loading_comments_is_an_sse_error_event(m
 async def test_upstream_error_after_loading_is_an_sse_error_event(make_proxy, fake):
     fake.script.status = 503
     proxy = await make_proxy()
-    gate = proxy.activator.gates["alpha"] = asyncio.Event()
-    async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as response:
-        await _read_until(response.content, b": loading alpha")
-        gate.set()
-        body = await response.content.read()
+    status, body = await _stream_after_loading(proxy)
+    assert status == 200  # the head went out with the loading comments
     error = json.loads(body.decode().strip().split("\n\n")[-1].removeprefix("data: "))
     assert error["error"]["code"] == "fake"  # the upstream's own OpenAI error is relayed
     assert error["error"]["message"] == "fake failure 503"
@@ -210,3 +203,13 @@ async def test_client_gone_while_waiting_withdraws_the_request(make_proxy):
             task.cancel()
     await eventually(lambda: proxy.activator.withdrawn >= 2)
     assert not proxy.activator.releases
+
+
+async def _stream_after_loading(proxy) -> tuple[int, bytes]:
+    """A stream for ``alpha`` that waits for its activation (loading comments sent), then is granted; returns
+    the status and the whole body."""
+    gate = proxy.activator.gates["alpha"] = asyncio.Event()
+    async with proxy.session.post(proxy.url + CHAT, json={"model": "alpha", "stream": True}) as response:
+        await _read_until(response.content, b": loading alpha")
+        gate.set()
+        return response.status, await response.content.read()
