@@ -1,7 +1,7 @@
 """Real-node cold start and swap, split into stages (``hack/kube-node``; root; changes the host until ``down``).
 
 Run by hand (``sudo .venv/bin/python bench/realnode_swap.py --rounds 3``); prints figures, asserts nothing. A
-round after the first starts once the group's swap cooldown (5 min) since the previous swap is over.
+round after the first starts once both Models idled out (no hold applies to a group with nothing Ready).
 Uses the node if it is up (else starts it and stops it at the end), the images ``hack/build-images`` builds,
 the chart installed as in tests/integration/realnode, and two tiny llama.cpp Models in one shared group on
 the node's single ``amd.com/gpu`` (tiny-b has the higher priority). Each round: with both Idle, a request for
@@ -29,13 +29,12 @@ import statistics
 import sys
 import time
 import urllib.request
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from flexinfer.core.election import DEFAULT_SWAP_COOLDOWN
 from support import real_node
 from support.helm_chart import CHART_DIR, pinned_helm
 from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, ApiWatch, RealNode, wait_for
@@ -115,18 +114,9 @@ def setup(node: RealNode) -> str:
 
 
 def idle(node: RealNode) -> None:
-    """Until both Models idled out (``IDLE_TIMEOUT``) and their pods are gone, and the group's swap cooldown
-    since the previous round's swap is over (the election keeps the winner that long: anti-thrash)."""
+    """Until both Models idled out (``IDLE_TIMEOUT``) and their pods are gone: the next round starts from an empty
+    card (the election's hold only keeps a Ready holder, so none applies then)."""
     wait_for(lambda: not node.get("pods", "-n", NAMESPACE, "-l", "flexinfer.ai/model")["items"], 180, "no model pods")
-
-    def cooled() -> bool:
-        stamps = [m["status"].get("sharedGroup", {}).get("preemptedAt")
-                  for m in node.get("mdl", "-n", NAMESPACE)["items"] if m.get("status")]
-        now = datetime.now(UTC)
-        return all(datetime.fromisoformat(s.replace("Z", "+00:00")) + timedelta(seconds=DEFAULT_SWAP_COOLDOWN) < now
-                   for s in stamps if s)
-
-    wait_for(cooled, DEFAULT_SWAP_COOLDOWN + 60, "the swap cooldown to pass", interval=2)
 
 
 def main() -> int:

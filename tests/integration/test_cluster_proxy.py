@@ -117,7 +117,7 @@ class Upstream:
 
 def proxy_env(testbed: KubeTestbed, namespace: str) -> dict[str, str]:
     return {"POD_NAMESPACE": namespace, "FLEXINFER_PROXY_ENDPOINT_OVERRIDE": "true",
-            "PROXY_SHUTDOWN_DRAIN_DELAY": "0", "PROXY_COLD_START_TIMEOUT": "30s",
+            "PROXY_SHUTDOWN_DRAIN_DELAY": "0", "PROXY_COLD_START_TIMEOUT": "30s", "FLEXINFER_SWAP_MAX_WAIT": "20s",
             "FLEXINFER_OTEL_ENABLED": "false", "KUBECONFIG": str(testbed.kubeconfig)}
 
 

@@ -44,7 +44,7 @@ async def setup(testbed: KubeTestbed) -> AsyncIterator[tuple[AsyncClient, Cluste
     await site.start()
     upstream_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
     env = {"POD_NAMESPACE": NS, "FLEXINFER_PROXY_ENDPOINT_OVERRIDE": "true", "PROXY_SHUTDOWN_DRAIN_DELAY": "0",
-           "PROXY_COLD_START_TIMEOUT": "30s", "FLEXINFER_OTEL_ENABLED": "false",
+           "PROXY_COLD_START_TIMEOUT": "30s", "FLEXINFER_SWAP_MAX_WAIT": "20s", "FLEXINFER_OTEL_ENABLED": "false",
            "KUBECONFIG": str(testbed.kubeconfig), "PROXY_AUTH_ENABLED": "true", "PROXY_AUTH_TOKEN": TOKEN}
     proxy = await start_proxy(host="127.0.0.1", port=0, env=env)
     try:

@@ -31,8 +31,8 @@ __all__ = ["kube_testbed"]  # the testbed fixture (session scope) comes from the
 
 GROUP = {"gpu": {"vendor": "amd", "shared": "gfx1100-0", "priority": 100}, "cache": {"strategy": "Local"},
          "nodeSelector": {"kubernetes.io/hostname": "gfx1100-0"}}
-FAST_ELECTION = ElectionPolicy(swap_cooldown=1.0, demand_window=1.0, recent_window=30.0)
-"""Windows shortened so a test can swap back and forth (defaults: 5 m cooldown, 2 m demand window)."""
+FAST_ELECTION = ElectionPolicy(min_hold=1.0, demand_window=1.0, recent_window=30.0)
+"""Hold and windows shortened so a test can swap back and forth (defaults: 15 s hold, 2 m demand window)."""
 
 
 async def kubelet(c: Cluster) -> None:
@@ -102,9 +102,8 @@ async def test_requests_alternating_between_two_group_members_swap_the_gpu(kube_
             order = ["alpha", "beta", "alpha", "beta"]
             took = []
             for name in order:
-                # Client think time: longer than the shortened demand window and cooldown, so the model that
-                # just served counts as idle when the other one is asked for (the Go election's rule).
-                await asyncio.sleep(1.5)
+                # No think time: the model that just served is idle (nothing in flight), so it yields to the one
+                # asked for as soon as its hold (1 s here) has passed since it became Ready.
                 started = time.monotonic()
                 assert (await asyncio.wait_for(chat(proxy, name), 90)).startswith("tok0")
                 took.append(time.monotonic() - started)

@@ -56,7 +56,8 @@ async def test_the_log_tail_refines_the_loading_substage_and_moves_the_progress_
             tail = ["INFO loading model", "Loading safetensors checkpoint shards:  25% Completed | 1/4 "
                     "[00:02<00:06,  2.00s/it]"]
 
-            async def scripted_tail(namespace: str, name: str, container: str, lines: int) -> Sequence[str]:
+            async def scripted_tail(namespace: str, name: str, container: str, lines: int,
+                                    previous: bool = False) -> Sequence[str]:
                 reads.append((namespace, name, container, lines))
                 return list(tail)
             running.manager.api.pod_log_tail = scripted_tail  # type: ignore[method-assign]

@@ -54,7 +54,8 @@ async def test_staged_bytes_move_the_progress_stamp_and_a_stopped_copy_does_not(
             clock = [0.0]
             progress = LogProgress(tail.append, clock=lambda: clock[0])
 
-            async def scripted_tail(namespace: str, name: str, container: str, lines: int) -> Sequence[str]:
+            async def scripted_tail(namespace: str, name: str, container: str, lines: int,
+                                    previous: bool = False) -> Sequence[str]:
                 reads.append((namespace, name, container, lines))
                 return list(tail[-lines:])
             running.manager.api.pod_log_tail = scripted_tail  # type: ignore[method-assign]

@@ -85,7 +85,7 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
     annotation of a pre-ModelDemand proxy still counts) feeds the starvation bound: ``high`` is Ready
     with fresh demand, ``low`` waits; once the wait exceeds ``max_wait`` (2 s here) the manager's timer
     fires and ``low`` takes the GPU."""
-    policy = ManagerPolicy(election=ElectionPolicy(max_wait=2.0))
+    policy = ManagerPolicy(election=ElectionPolicy(min_hold=0.0, max_wait=2.0))
     async with cluster(kube_testbed) as c:
         running = await start_manager(manager_config(c, policy=policy))
         try:
@@ -96,7 +96,8 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
             await c.replicas_are("high", 1)
             await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
             await c.phase_is("high", "Ready")
-            await c.demand("high")  # busy: well inside the 2 m demand window for the rest of the test
+            await c.demand("high")  # wanted: well inside the 2 m demand window for the rest of the test
+            await c.report("high", "proxy-busy", inFlightAt=rfc3339())  # and busy: an idle holder would yield
             since = datetime.now(UTC) - timedelta(seconds=0.5)
             await c.demand("low", since, legacy=legacy)  # the proxy signals demand when the first request waits
             if legacy:
@@ -108,6 +109,7 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
             assert high["sharedGroup"]["preemptedBy"] == "low"
             preempted_at = datetime.fromisoformat(high["sharedGroup"]["preemptedAt"])
             assert preempted_at >= since + timedelta(seconds=1), "not before the bound (preemptedAt is in seconds)"
+            await c.report("high", "proxy-busy", inFlightAt=None)  # its requests drained
             await c.replicas_are("high", 0)
             await c.replicas_are("low", 1)
 
@@ -115,6 +117,54 @@ async def test_a_member_waiting_past_max_wait_preempts_a_busy_higher_priority_le
                 return (await c.status("low")).get("sharedGroup", {}).get("state") == "Active"
             await c.wait_for(low_active, what="low Active")
             await running.metric_is("flexinfer_sharedgroup_preemptions_total", 1, **{"from": "high", "to": "low"})
+        finally:
+            assert await running.close() == 0
+
+
+async def test_an_idle_higher_priority_holder_gives_the_gpu_back_after_min_hold(kube_testbed: Any) -> None:
+    """Issue #23, defect 7: ``low`` (100) cold-started, ``high`` (200) took the GPU, and ``low`` is asked for
+    again. While ``high`` serves (an in-flight report) it keeps the GPU; once it is idle, ``low`` takes it back
+    as soon as ``high`` has held it ``min_hold`` since Ready — well before ``max_wait`` (the starvation bound),
+    and not after a 5-minute cooldown or ``high``'s idle timeout."""
+    policy = ManagerPolicy(election=ElectionPolicy(min_hold=1.0, max_wait=120.0))
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c, policy=policy))
+        try:
+            await make_low_ready(c)
+            await c.demand("high")
+            await c.phase_is("low", "Preempted")
+            await c.replicas_are("high", 1)
+            await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
+            high = await c.phase_is("high", "Ready")
+            ready_at = datetime.fromisoformat(next(x["lastTransitionTime"] for x in high["conditions"]
+                                                   if x["type"] == "Ready"))
+            await c.report("high", "proxy-busy", inFlightAt=rfc3339())
+            waiting = datetime.now(UTC)
+            await c.demand("low", waiting)
+            await c.report("low", waitingSince=rfc3339(waiting))
+
+            async def hold_over() -> bool:
+                return datetime.now(UTC) > ready_at + timedelta(seconds=1.2)
+            await c.wait_for(hold_over, what="high's hold to end")
+            queue = running.manager.queue
+            before = queue.processed
+            await c.report("high", "proxy-busy", inFlightAt=rfc3339())  # the proxy's heartbeat re-stamps it
+
+            async def decided() -> bool:  # a pass after the hold has run and nothing else is queued
+                if queue.processed <= before:
+                    return False
+                await queue.idle()
+                return True
+            await c.wait_for(decided, what="a reconcile after the hold")
+            assert (await c.status("high"))["phase"] == "Ready", "a busy higher-priority holder keeps the GPU"
+            await c.report("high", "proxy-busy", inFlightAt=None)  # its last request ended
+            high = await c.phase_is("high", "Preempted")
+            assert high["sharedGroup"]["preemptedBy"] == "low"
+            preempted_at = datetime.fromisoformat(high["sharedGroup"]["preemptedAt"])
+            assert preempted_at >= ready_at + timedelta(seconds=1), "not within min_hold of Ready"
+            assert preempted_at < waiting + timedelta(seconds=60), "long before the starvation bound"
+            await c.replicas_are("high", 0)
+            await c.replicas_are("low", 1)
         finally:
             assert await running.close() == 0
 

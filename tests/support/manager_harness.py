@@ -28,6 +28,8 @@ from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
 from flexinfer.assembly.manager import run_manager
+from flexinfer.core.election import ElectionPolicy
+from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.manager.client import ModelDemandResource, ModelResource
 from flexinfer.manager.config import ManagerConfig
 from flexinfer.manager.program import Manager
@@ -188,11 +190,16 @@ class RunningManager:
         return await asyncio.wait_for(self.task, 40)
 
 
+TEST_POLICY = ManagerPolicy(election=ElectionPolicy(min_hold=0.0))
+"""The manager's policy in these tests unless one is given: no hold after Ready, so a swap a test asks for
+happens at once (as ``serve`` tests run with ``FLEXINFER_SWAP_MIN_HOLD=0s``); tests of the hold set their own."""
+
+
 def manager_config(c: Cluster, **overrides: Any) -> ManagerConfig:
     values: dict[str, Any] = {
         "metrics_bind_address": "127.0.0.1:0", "health_probe_bind_address": "127.0.0.1:0",
         "kubeconfig": str(c.kubeconfig), "namespaces": (c.namespace,), "pod_namespace": c.namespace,
-        "identity": f"mgr-{uuid.uuid4().hex[:6]}",
+        "identity": f"mgr-{uuid.uuid4().hex[:6]}", "policy": TEST_POLICY,
     }
     values.update(overrides)
     return ManagerConfig(**values)

@@ -61,6 +61,7 @@ class RecordingKubeApi:
         out["status"] = (live or {}).get("status") or {}
         return out
 
-    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int) -> list[str]:
-        self.calls.append(("log", pod, container))
+    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int,
+                           previous: bool = False) -> list[str]:
+        self.calls.append(("previous-log" if previous else "log", pod, container))
         return self.log[-lines:]

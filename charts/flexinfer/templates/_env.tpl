@@ -109,6 +109,22 @@ and DEFAULT_MODEL_IMAGE_PULL_POLICY) only when set. */}}
 {{- end }}
 {{- end }}
 
+{{/* The swap policy (both components: the manager's election, the proxy's start-up check of maxWait).
+Guarded: `helm upgrade --reuse-values` from a chart without `swap` keeps the old defaults, which lack it (the
+programs' defaults are the same as values.yaml's). */}}
+{{- define "flexinfer.env.swap" -}}
+{{- with .Values.swap }}
+{{- with .minHold }}
+- name: FLEXINFER_SWAP_MIN_HOLD
+  value: {{ . | quote }}
+{{- end }}
+{{- with .maxWait }}
+- name: FLEXINFER_SWAP_MAX_WAIT
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Proxy queue, rate-limit and auth settings. */}}
 {{- define "flexinfer.env.proxy" -}}
 {{- with .Values.proxy }}

@@ -61,9 +61,10 @@ AGE = _column("Age", ".metadata.creationTimestamp", "date")
 CRD_SPECS: tuple[CrdSpec, ...] = (
     CrdSpec(Model, "Model", "models", "model", "v1alpha2", ("mdl",), (
         _column("Backend", ".spec.backend"), _column("Phase", ".status.phase"),
+        _column("Reason", '.status.conditions[?(@.type=="Ready")].reason'),
         _column("Shared", ".spec.gpu.shared", priority=1),
         _column("Priority", ".spec.gpu.priority", "integer", priority=1),
-        _column("TPS", ".status.metrics.tokensPerSecond"), AGE,
+        _column("TPS", ".status.metrics.tokensPerSecond"), AGE, _column("Message", ".status.message"),
     )),
     CrdSpec(ModelCache, "ModelCache", "modelcaches", "modelcache", "v1alpha1", (), (
         _column("Phase", ".status.phase"), _column("Strategy", ".spec.storageStrategy"),

@@ -58,8 +58,9 @@ class GPUSpec(ApiModel):
     vram_estimate_mb: int | None = Field(default=None, ge=0, alias="vramEstimateMB")
     """Estimated VRAM in MiB; a scheduling hint written to the rendered objects' annotations."""
     swap_cooldown: Duration | None = None
-    """Minimum time a group member keeps the GPU before another may take it (anti-thrash); the group uses the largest
-    value of its members. Default 5m (Kubernetes election)."""
+    """Minimum time a group member keeps the GPU after it became Ready before another may take it (anti-thrash;
+    never delays a request waiting past the starvation bound); the group uses the largest of its members' values and
+    `FLEXINFER_SWAP_MIN_HOLD` (15s, the default)."""
     force_promotion: bool | None = None
     """Make this model the group's leader regardless of demand and priority (operator override)."""
 

@@ -39,6 +39,7 @@ from flexinfer.cluster_proxy.wait_marker import WaitMarker
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Policy
 from flexinfer.core.errors import ConfigError
+from flexinfer.core.swap_knobs import check_bound_fits, swap_knobs
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import LifecycleObserver
 
@@ -73,8 +74,11 @@ def cluster_proxy_settings(env: Mapping[str, str], *, cold_start_timeout: float 
     """``POD_NAMESPACE`` (default ``default``, with a warning), ``FLEXINFER_PROXY_ALL_NAMESPACES`` and the
     test-only ``FLEXINFER_PROXY_ENDPOINT_OVERRIDE`` (both default false), ``POD_NAME`` (the identity in
     in-flight reports; hostname and pid when unset). Both flags guard access (which Models are served, where
-    traffic goes): an unparsable value is a ``ConfigError`` naming it."""
+    traffic goes): an unparsable value is a ``ConfigError`` naming it. The manager's starvation bound
+    (``FLEXINFER_SWAP_MAX_WAIT``, rendered into both by the chart) must fit inside ``cold_start_timeout``, the
+    budget of a waiting request: else a ``ConfigError`` naming both settings."""
     read = EnvReader(env)
+    check_bound_fits(swap_knobs(env).max_wait, cold_start_timeout)
     namespace = read.text("POD_NAMESPACE")
     if not namespace:
         log.warning("POD_NAMESPACE is not set; watching Models in namespace 'default'")

@@ -18,7 +18,7 @@ import yaml
 
 from flexinfer.assembly import cluster_proxy
 from flexinfer.assembly.local import SERVE_PROXY_DEFAULTS
-from flexinfer.core import controller_defaults
+from flexinfer.core import controller_defaults, swap_knobs
 from flexinfer.core.envvalues import EnvVar
 from flexinfer.flashloader import config as flash_config
 from flexinfer.local import config as local_settings
@@ -38,7 +38,8 @@ class EnvGroup:
 
 
 GROUPS: dict[str, EnvGroup] = {
-    "local": EnvGroup("Local engine and swap policy", local_settings.ENV_VARS),
+    "local": EnvGroup("Local engine", local_settings.ENV_VARS),
+    "swap": EnvGroup("Swap policy (both engines; Helm `swap`)", swap_knobs.ENV_VARS),
     "proxy": EnvGroup("Proxy", proxy_settings.ENV_VARS),
     "tracing": EnvGroup("Tracing (OpenTelemetry)", tracing_config.ENV_VARS),
     "logging": EnvGroup("Logging", logging_config.ENV_VARS),
@@ -68,9 +69,11 @@ class Component:
 
 COMPONENTS: tuple[Component, ...] = (
     Component("serve", "Single-machine mode: local model servers behind the proxy (the default engine).",
-              ("local", "flash-defaults", "proxy", "tracing", "logging", "listen"), SERVE_PROXY_DEFAULTS),
-    Component("manager", "The Kubernetes operator.", ("manager", "defaults", "flash-defaults", "tracing", "logging")),
-    Component("proxy", "The in-cluster OpenAI-compatible proxy.", ("cluster", "proxy", "tracing", "logging", "listen"),
+              ("local", "swap", "flash-defaults", "proxy", "tracing", "logging", "listen"), SERVE_PROXY_DEFAULTS),
+    Component("manager", "The Kubernetes operator.",
+              ("manager", "swap", "defaults", "flash-defaults", "tracing", "logging")),
+    Component("proxy", "The in-cluster OpenAI-compatible proxy.",
+              ("cluster", "swap", "proxy", "tracing", "logging", "listen"),
               {listen_config.HOST: "0.0.0.0"}),
     Component("flash-load", "The weight-staging program (the `flash-loader` init container).", ("flash",)),
 )

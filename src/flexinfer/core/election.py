@@ -2,10 +2,13 @@
 
 ``elect(members, now, policy, lease)`` returns an ``Election``: the leader (or none while a lease parks
 the card), the reason (which rule decided), and each member's state, queue position and ``preemptedBy``.
-Called by the manager's reconcile plan (``flexinfer.core.unit_plan``) once per reconcile of a shared group. Consistent
-with the in-process arbiter (``flexinfer.core.arbiter.machine``): the same priority/starvation/hold ideas, here
-expressed over persisted status instead of live tickets (docs/design/swapping.md lists the differences
-from the Go rules).
+Called by the manager's reconcile plan (``flexinfer.core.unit_plan``) once per reconcile of a shared group. The
+rules that take the GPU from a Ready holder are the in-process arbiter's (``flexinfer.core.arbiter.state``
+``challenger``), with the same knobs (``flexinfer.core.swap_knobs``): the starvation bound ``max_wait`` wins
+whatever the priorities and the hold; within ``min_hold`` after Ready nobody else; then the best waiting member
+if the holder is idle (nothing in flight, nothing waiting), or a member of strictly higher priority if it is
+busy. Here they read persisted status and the proxies' reports instead of live tickets (docs/design/swapping.md
+lists the differences from the Go rules).
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
-from flexinfer.core.phases import READY
+from flexinfer.core.phases import COND_READY, FAILED, READY, find_condition
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
+from flexinfer.core.swap_knobs import DEFAULT_MAX_WAIT, DEFAULT_MIN_HOLD
 
-DEFAULT_SWAP_COOLDOWN: Final = 300.0
 DEMAND_WINDOW: Final = 120.0
 RECENT_WINDOW: Final = 300.0
 LEASE_PREFIX: Final = "gpu-lease/"
@@ -52,12 +55,14 @@ def waiting_since_of(model: Model) -> datetime | None:
 
 @dataclass(frozen=True)
 class ElectionPolicy:
-    """Election windows. ``max_wait`` is the starvation bound (``None`` = off, the Go behaviour)."""
+    """Election windows and the swap knobs the arbiter uses too (``flexinfer.core.swap_knobs``): ``min_hold``
+    (a Ready holder keeps the GPU this long after Ready; ``gpu.swapCooldown`` can lengthen it for a group) and
+    ``max_wait`` (the starvation bound; ``None`` = off, the Go behaviour)."""
 
-    swap_cooldown: float = DEFAULT_SWAP_COOLDOWN
+    min_hold: float = DEFAULT_MIN_HOLD
+    max_wait: float | None = DEFAULT_MAX_WAIT
     demand_window: float = DEMAND_WINDOW
     recent_window: float = RECENT_WINDOW
-    max_wait: float | None = 300.0
     default_cold_start_timeout: float = 60.0
 
 
@@ -79,12 +84,17 @@ class Member:
     can_take_demand: bool = True
     cold_start_timeout: float = 60.0
     swap_cooldown: float | None = None
+    """``gpu.swapCooldown``: lengthens the group's hold (``group_hold``)."""
     idle_timeout: float | None = None
     """The member's own idle timeout (serverless members; ``None`` = never idle): see ``_lapsed``."""
+    ready_since: datetime | None = None
+    """While Ready: when it became Ready (its ``Ready`` condition's ``lastTransitionTime``); starts the hold."""
+    busy: bool = False
+    """A proxy reports requests in flight to it (``inFlightAt``, fresh)."""
 
     @classmethod
     def from_model(cls, model: Model, waiting_since: datetime | None = None,
-                   default_cold_start_timeout: float = 60.0) -> Member:
+                   default_cold_start_timeout: float = 60.0, busy: bool = False) -> Member:
         status, gpu = model.status, model.spec.gpu
         shared = status.shared_group
         cache_ok = status.cache is None or status.cache.ready
@@ -93,10 +103,18 @@ class Member:
             state=shared.state if shared else None, last_active=status.last_active_time,
             preempted_at=shared.preempted_at if shared else None, waiting_since=waiting_since,
             force=bool(gpu and gpu.force_promotion), warm_primary=model.spec.config.get("warmPolicy") == "primary",
-            min_replicas=model.min_replicas, can_take_demand=status.phase != "Failed" and cache_ok,
+            min_replicas=model.min_replicas, can_take_demand=status.phase != FAILED and cache_ok,
             cold_start_timeout=cold_start_timeout_seconds(model, default_cold_start_timeout),
             swap_cooldown=parse_duration(gpu.swap_cooldown) if gpu and gpu.swap_cooldown else None,
-            idle_timeout=idle_timeout_seconds(model) if model.serverless else None)
+            idle_timeout=idle_timeout_seconds(model) if model.serverless else None,
+            ready_since=_ready_since(model), busy=busy)
+
+
+def _ready_since(model: Model) -> datetime | None:
+    if model.status.phase != READY:
+        return None
+    ready = find_condition(model.status.conditions, COND_READY)
+    return ready.last_transition_time if ready is not None and ready.status == "True" else None
 
 
 @dataclass(frozen=True)
@@ -133,9 +151,9 @@ def best(members: Iterable[Member]) -> Member | None:
     return ranked[0] if ranked else None
 
 
-def group_cooldown(members: Sequence[Member], policy: ElectionPolicy) -> float:
-    """max(default cooldown, every member's ``gpu.swapCooldown``)."""
-    return max([policy.swap_cooldown, *(m.swap_cooldown for m in members if m.swap_cooldown is not None)])
+def group_hold(members: Sequence[Member], policy: ElectionPolicy) -> float:
+    """How long a Ready holder keeps the GPU after Ready: max(``min_hold``, every member's ``gpu.swapCooldown``)."""
+    return max([policy.min_hold, *(m.swap_cooldown for m in members if m.swap_cooldown is not None)])
 
 
 def _within(now: datetime, then: datetime | None, window: float) -> bool:
@@ -143,25 +161,44 @@ def _within(now: datetime, then: datetime | None, window: float) -> bool:
     return age is not None and age < window
 
 
+_NOBODY_WANTS_IT: Final = frozenset({"runnable", "fallback", "empty"})
+"""Reasons that mean no member wants the GPU: a failed holder then keeps it (``failed_holder``)."""
+
+
 def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
-    """The leader and the rule that chose it, first match wins: forced promotion, the starvation bound, the
-    swap cooldown (the Active member stays), a cold start in flight, then by category (``_by_category``)."""
+    """The leader and the rule that chose it, first match wins (docs/design/swapping.md rule 5, as the arbiter):
+
+    1. ``force_promotion`` (Go);
+    2. ``cold_start_in_flight``: an Active member still starting (demand within its cold-start window) is never
+       preempted;
+    3. ``starvation_bound``: the member waiting longest past ``max_wait`` takes the GPU, whatever the priorities
+       and the hold;
+    4. ``min_hold``: a Ready holder keeps the GPU within ``group_hold`` after it became Ready;
+    5. by category (``_by_category``): a demanded member of strictly higher priority, or any waiting member when
+       the Ready holder is idle, takes it; else the holder keeps it; with no holder, the Go categories;
+    6. ``failed_holder``: when nobody else wants the GPU, an Active member whose server failed keeps it (its pod
+       stays, the kubelet keeps retrying, the failure stays visible) instead of the card going to a member
+       nobody asked for.
+    """
     forced = best(m for m in members if m.force)
     if forced is not None:
         return forced, "force_promotion"
-    hungry = _starving(members, now, policy)
-    if hungry is not None:
-        return hungry, "starvation_bound"
-    cooldown = group_cooldown(members, policy)
-    if any(_within(now, m.preempted_at, cooldown) for m in members):
-        active = next((m for m in members if m.state == "Active"), None)
-        if active is not None and not (active.phase != READY and _lapsed(active, now)):
-            return active, "swap_cooldown"
     loading = best(m for m in members if m.state == "Active" and m.phase in ("Pending", "Loading")
                    and _within(now, m.last_active, max(policy.recent_window, m.cold_start_timeout)))
     if loading is not None:
         return loading, "cold_start_in_flight"
-    return _by_category(members, now, policy)
+    hungry = _starving(members, now, policy)
+    if hungry is not None:
+        return hungry, "starvation_bound"
+    holder = best(m for m in members if m.can_take_demand and m.phase == READY)
+    if holder is not None and holder.ready_since is not None and _within(now, holder.ready_since,
+                                                                         group_hold(members, policy)):
+        return holder, "min_hold"
+    leader, reason = _by_category(members, now, policy)
+    failed = best(m for m in members if m.state == "Active" and m.phase == FAILED)
+    if reason in _NOBODY_WANTS_IT and failed is not None:
+        return failed, "failed_holder"
+    return leader, reason
 
 
 def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> Member | None:
@@ -176,8 +213,7 @@ def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) 
 def _lapsed(m: Member, now: datetime) -> bool:
     """No request waits for the member and its own idle timeout has passed since its last activity: its demand
     is over (the manager scales such a member to zero), however recent the election's windows call it. Such a
-    member, once no longer Ready, is not demand, not recent, and not held by the swap cooldown (an empty card
-    cannot thrash)."""
+    member, once no longer Ready, is neither demand nor recent."""
     return m.waiting_since is None and m.idle_timeout is not None and not _within(now, m.last_active, m.idle_timeout)
 
 
@@ -186,17 +222,25 @@ def _demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
                                  or (_within(now, m.last_active, policy.demand_window) and not _lapsed(m, now)))
 
 
+def _idle(m: Member) -> bool:
+    """Nothing in flight and nothing waiting for it: the arbiter's idle holder."""
+    return not m.busy and m.waiting_since is None
+
+
 def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
     runnable = [m for m in members if m.can_take_demand]
     ready = best(m for m in runnable if m.phase == READY)
     demanded = best(m for m in runnable if _demanded(m, now, policy))
     warm = best(m for m in runnable if m.warm_primary)
     if ready is not None:
-        ready_idle = not _within(now, ready.last_active, policy.demand_window)
+        quiet = _idle(ready) and not _within(now, ready.last_active, policy.demand_window)  # Go's "idle (2 m)"
         if demanded is not None and (demanded.priority > ready.priority
-                                     or (ready_idle and demanded.priority >= ready.priority)):
+                                     or (quiet and demanded.priority >= ready.priority)):
             return demanded, "demand_preemption"
-        if warm is not None and not ready.warm_primary and ready_idle:
+        waiting = best(m for m in runnable if m.phase != READY and m.waiting_since is not None)
+        if waiting is not None and _idle(ready):
+            return waiting, "idle_holder"
+        if warm is not None and not ready.warm_primary and quiet:
             return warm, "warm_primary_reclaim"
         return ready, "ready"
     recent = best(m for m in runnable if m.phase != READY and _within(now, m.last_active, policy.recent_window)

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from flexinfer.api.conventions import ACTIVE_SERVICES_ANNOTATION, WAITING_SINCE_ANNOTATION
 from flexinfer.api.errors import FieldProblem, FlexInferError, InvalidResourceError
@@ -79,6 +79,14 @@ from flexinfer.core.model_status.plan import (
     next_wakeup,
     plan_member,
     swap_source,
+)
+from flexinfer.core.model_status.pod_failure import (
+    PodFailure,
+    crash_cause,
+    device_held_by_group,
+    device_settles_at,
+    pod_failure,
+    shown_failure,
 )
 
 Json = dict[str, Any]
@@ -121,6 +129,9 @@ class UnitFacts:
     decided: Election | None = None
     """The election of this reconcile's first pass, whose preemptions are written: the pass that follows a
     preemption keeps it instead of electing again over the half-written group."""
+    pods_gone_at: Mapping[str, datetime] = field(default_factory=dict)
+    """When the last pod of a member was seen deleted (the manager's store remembers it): a device it released
+    a moment ago may not be bound to the next pod yet (``pod_failure.DEVICE_SETTLE``)."""
 
 
 @dataclass(frozen=True)
@@ -160,13 +171,18 @@ class IgnoredFields:
     reason: str = REASON_FIELD_IGNORED
 
 
+CRASH_LOG_LINES: Final = 40
+"""Lines of a crashed container's previous log read to name the cause."""
+
+
 @dataclass(frozen=True)
 class LogRead:
-    """The log tail to read: pod, container and how many lines."""
+    """The log tail to read: pod, container, how many lines, and whether of the container's previous run."""
 
     pod: str
     container: str
     lines: int = LOG_TAIL_LINES
+    previous: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,9 +208,18 @@ class MemberAction:
     """The log whose tail can refine the loading detail (a container runs but is not ready yet)."""
     stored: ModelStatus = field(default_factory=ModelStatus)
     """The member's status as stored."""
+    failure: PodFailure | None = None
+    """While the member is Failed because its pod cannot start (``pod_failure``): the reason and cause."""
+
+    @property
+    def announce(self) -> bool:
+        """A failure appeared or its cause changed: post a Warning event (reason = ``failure.reason``)."""
+        return self.failure is not None and ("phase" in self.patch or "message" in self.patch)
 
     def with_log(self, lines: Sequence[str]) -> MemberAction:
-        """This action with the loading detail refined by the log's newest ``lines``."""
+        """This action with the loading detail (or a crash's cause) refined by the log's newest ``lines``."""
+        if self.failure is not None:
+            return self._with_cause(crash_cause(lines))
         loading = self.inputs.loading
         refined = refine_from_log(lines)
         if refined is None or loading is None:
@@ -202,6 +227,15 @@ class MemberAction:
         inputs = replace(self.inputs, loading=replace(refined, log_container=loading.log_container))
         status = _status(self.model, inputs, self.ignored)
         return replace(self, inputs=inputs, status=status, patch=status_patch(self.stored, status), log=None)
+
+    def _with_cause(self, cause: str | None) -> MemberAction:
+        """The crash's cause from its previous log; an unreadable log keeps the cause already written."""
+        assert self.failure is not None
+        failure = self.failure.with_cause(cause, shown=shown_failure(self.stored))
+        inputs = replace(self.inputs, failure=(failure.reason, failure.message))
+        status = _status(self.model, inputs, self.ignored)
+        return replace(self, inputs=inputs, status=status, patch=status_patch(self.stored, status), log=None,
+                       failure=failure)
 
 
 @dataclass(frozen=True)
@@ -269,6 +303,9 @@ def _wake(after: Sequence[Model], members: Sequence[MemberAction], facts: UnitFa
           policy: ManagerPolicy) -> datetime | None:
     """The next time-driven change of the unit's decisions, and the next log read while a server loads."""
     wake = next_wakeup(after, facts.leases if facts.group else (), facts.now, policy)
+    settled = device_settles_at(facts.pods_gone_at, facts.now)
+    if settled is not None:
+        wake = settled if wake is None else min(wake, settled)
     if not any(m.status.phase == phases.LOADING and m.inputs.loading and m.inputs.loading.log_container
                for m in members):
         return wake
@@ -290,8 +327,9 @@ def _projected(model: Model, facts: UnitFacts, policy: ManagerPolicy) -> Model:
 
 def _election(models: Sequence[Model], facts: UnitFacts, policy: ManagerPolicy) -> Election:
     """The shared group's active member (members carry the proxies' wait markers; GPULeases honoured)."""
-    timeout = policy.election.default_cold_start_timeout
-    members = [Member.from_model(m, waiting_since=waiting_since_of(m), default_cold_start_timeout=timeout)
+    timeout, now = policy.election.default_cold_start_timeout, facts.now
+    members = [Member.from_model(m, waiting_since=waiting_since_of(m), default_cold_start_timeout=timeout,
+                                 busy=bool(busy_proxies(m.metadata.annotations, now, policy.busy_ttl)))
                for m in models]
     lease = active_lease(facts.leases, facts.group or "", facts.now)
     return elect(members, facts.now, policy.election, lease)
@@ -342,7 +380,10 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     """The member's status from the Deployment as stored and its newest pod (see the module docstring)."""
     model, live, plan = step.inputs.model, step.inputs.deployment, step.plan
     pod = newest_pod(facts.pods.get(model.name, ()))
-    inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now)
+    held = model.group is not None and device_held_by_group(model.name, facts.pods, facts.pods_gone_at, facts.now)
+    found = pod_failure(pod, gpu_wait_expected=held, previous=shown_failure(step.stored))
+    inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now, failure=found)
+    failure = found if inputs.phase == phases.FAILED else None
     ignored = _ignored(model, facts)
     status = _status(model, inputs, ignored)
     detail = inputs.loading
@@ -350,13 +391,15 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     log = None
     if inputs.phase == phases.LOADING and detail is not None and detail.log_container and pod_name:
         log = LogRead(pod_name, detail.log_container)
+    if failure is not None and failure.log_container and pod_name:
+        log = LogRead(pod_name, failure.log_container, CRASH_LOG_LINES, previous=True)
     deployment = facts.deployments.get(model.name)
     return MemberAction(
         model, manifests, inputs, status, status_patch(step.stored, status), ignored,
         stops=live is not None and live.replicas > 0 and plan.replicas == 0,
         ready_at=ready_since(pod, deployment) if status.phase == phases.READY else None,
         busy=tuple(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl)), log=log,
-        stored=step.stored)
+        stored=step.stored, failure=failure)
 
 
 def _status(model: Model, inputs: StatusInputs, ignored: IgnoredFields) -> ModelStatus:

@@ -1,8 +1,10 @@
 """Settings of ``flexinfer serve`` (the local engine and its swap policy) from an environment snapshot.
 
 ``local_config(env, base_dir)`` parses the ``FLEXINFER_*`` variables below (``ENV_VARS`` is the
-documentation table) through ``flexinfer.core.envvalues.EnvReader``; a malformed value raises ``ConfigError``
-naming the variable. The flash-loader defaults (``DEFAULT_FLASH_LOADER_*``) are the manager's, parsed by
+documentation table) through ``flexinfer.core.envvalues.EnvReader``, and the swap knobs both engines
+share (``flexinfer.core.swap_knobs``: ``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the
+bound checked against the cold-start budget); a malformed value raises ``ConfigError`` naming the
+variable. The flash-loader defaults (``DEFAULT_FLASH_LOADER_*``) are the manager's, parsed by
 ``flexinfer.core.controller_defaults.flash_loader_defaults`` with the manager's rule (an unparsable value keeps
 its default and goes to ``warn``). Pure apart from computing default paths. Called by
 ``flexinfer.assembly.run_local``; tests pass plain dicts.
@@ -18,6 +20,7 @@ from flexinfer.api.units import parse_duration
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.controller_defaults import FlashLoaderDefaults, flash_loader_defaults
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Warn
+from flexinfer.core.swap_knobs import check_bound_fits, swap_knobs
 from flexinfer.local.engine import LocalEngineSettings
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -30,10 +33,6 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "whose client is gone).", Kind.DURATION),
     EnvVar("FLEXINFER_START_TIMEOUT", "5m", "Readiness budget of a model server (`spec.config.startupTimeout` "
            "overrides it per model).", Kind.DURATION),
-    EnvVar("FLEXINFER_SWAP_MIN_HOLD", "15s", "A model keeps a shared GPU at least this long after Ready "
-           "(anti-thrash; never delays a starving model).", Kind.DURATION),
-    EnvVar("FLEXINFER_SWAP_MAX_WAIT", "30s", "A model whose oldest request waited this long gets the GPU next.",
-           Kind.DURATION),
     EnvVar("FLEXINFER_DRAIN_TIMEOUT", "30s", "How long an outgoing model may finish in-flight requests.",
            Kind.DURATION),
     EnvVar("FLEXINFER_RESTART_BACKOFF", "5s", "Backoff after a failed start (doubles per failure, max 5m).",
@@ -69,16 +68,19 @@ def duration(env: Mapping[str, str], name: str) -> float:
 
 def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: float = 60.0,
                  queue_limit: int = 100, max_concurrency: int = 0, warn: Warn | None = None) -> LocalConfig:
-    """Parse the local-mode variables; the proxy's cold-start timeout and queue size feed the policy. An
-    unparsable flash-loader default goes to ``warn`` (without it: ``ConfigError``)."""
+    """Parse the local-mode variables; the proxy's cold-start timeout and queue size feed the policy (a
+    starvation bound not shorter than that timeout is a ``ConfigError``). An unparsable flash-loader default goes
+    to ``warn`` (without it: ``ConfigError``)."""
     shm = env.get("FLEXINFER_SHM_ROOT", "").strip() or _DEFAULTS["FLEXINFER_SHM_ROOT"]
     engine = LocalEngineSettings(
         stop_grace=duration(env, "FLEXINFER_STOP_GRACE"),
         start_timeout=duration(env, "FLEXINFER_START_TIMEOUT") or 300.0,
         log_dir=state_dir(env) / "logs", shm_root=Path(shm), base_dir=base_dir, env=dict(env),
     )
+    knobs = swap_knobs(env)
+    check_bound_fits(knobs.max_wait, cold_start_timeout)
     policy = ArbiterPolicy(
-        min_hold=duration(env, "FLEXINFER_SWAP_MIN_HOLD"), max_wait=duration(env, "FLEXINFER_SWAP_MAX_WAIT"),
+        min_hold=knobs.min_hold, max_wait=knobs.max_wait,
         drain_timeout=duration(env, "FLEXINFER_DRAIN_TIMEOUT"),
         restart_backoff=duration(env, "FLEXINFER_RESTART_BACKOFF"),
         cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, max_concurrency=max_concurrency,

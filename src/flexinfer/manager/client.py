@@ -7,7 +7,8 @@
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
 - ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
   cache) when a preemption must know every in-flight report written before it;
-- ``pod_log_tail``: the newest lines of a loading model server's log (``pods/log``), empty when unreadable.
+- ``pod_log_tail``: the newest lines of a loading (or a crashed) model server's log (``pods/log``), empty when
+  unreadable.
 
 Used by ``flexinfer.manager.reconciler``, ``flexinfer.manager.cleanup`` and ``flexinfer.manager.leader``.
 """
@@ -27,7 +28,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, Service
+from lightkube.resources.core_v1 import Event, PodLog, Service
 from lightkube.types import PatchType
 
 from flexinfer.api.model import API_VERSION, KIND
@@ -132,18 +133,32 @@ class KubeApi:
         """Replace a Lease; raises ``ApiError`` 409 when ``metadata.resourceVersion`` is stale."""
         return _plain(await self.client.replace(cast(Lease, Lease.from_dict(body))))
 
-    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int,
-                           timeout: float = 3.0) -> Sequence[str]:
-        """The newest ``lines`` lines of ``container``'s log; empty when the log cannot be read within
-        ``timeout`` (pod not on a node yet, kubelet slow or unreachable, no ``pods/log`` permission): the
-        substage then stays as the container state says, and the reconcile is never held up for long."""
+    async def pod_log_tail(self, namespace: str, pod: str, container: str, lines: int, *,
+                           timeout: float = 3.0, previous: bool = False) -> Sequence[str]:
+        """The newest ``lines`` lines of ``container``'s log (``previous``: of its last run, which crashed);
+        empty when the log cannot be read within ``timeout`` (pod not on a node yet, kubelet slow or unreachable,
+        no ``pods/log`` permission): the status then says what the container state says, and the reconcile is
+        never held up for long."""
         try:
             async with asyncio.timeout(timeout):
+                if previous:
+                    return await self._previous_log(namespace, pod, container, lines)
                 return [line async for line in self.client.log(pod, namespace=namespace, container=container,
                                                                 tail_lines=lines, newlines=False)]
         except (ApiError, httpx2.HTTPError, OSError, TimeoutError) as error:
             log.debug("cannot read the log of %s/%s (%s): %s", namespace, pod, container, error)
             return []
+
+    async def _previous_log(self, namespace: str, pod: str, container: str, lines: int) -> list[str]:
+        """``pods/log?previous=true``: lightkube's ``log`` has no ``previous`` parameter, so the request is built
+        with its own request builder (the same path, auth and error handling)."""
+        generic = self.client._client
+        request = generic.build_adapter_request(generic.prepare_request(
+            "get", PodLog, name=pod, namespace=namespace,
+            params={"container": container, "tailLines": lines, "previous": "true"}))
+        response = await generic.send(request)  # type: ignore[no-untyped-call]
+        generic.raise_for_status(response)  # type: ignore[no-untyped-call]
+        return str(response.text).splitlines()
 
     async def close(self) -> None:
         await self.client.close()

@@ -4,7 +4,9 @@
 (false), ``POD_NAMESPACE`` (the Lease's namespace; ``default``), ``POD_NAME`` (the leader identity;
 hostname + a random suffix when unset), ``FLEXINFER_SWAP_DRAIN_TIMEOUT`` (``60s``: how long a preempted
 model may keep serving reported in-flight requests), ``FLEXINFER_MANAGER_WORKERS`` (4 concurrent
-reconciles of different units). An unparsable value of these is a ``ConfigError`` naming the variable.
+reconciles of different units), and the swap knobs both engines share (``flexinfer.core.swap_knobs``:
+``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the election's hold and starvation bound). An
+unparsable value of these is a ``ConfigError`` naming the variable.
 Controller defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``, images) come from
 ``flexinfer.core.controller_defaults``: unparsable ones keep the Go fallback and are logged as warnings.
 Built by ``flexinfer.assembly.run_manager``.
@@ -19,8 +21,10 @@ from dataclasses import dataclass, field
 
 from flexinfer import settings
 from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
+from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
 from flexinfer.core.model_status.plan import ManagerPolicy
+from flexinfer.core.swap_knobs import swap_knobs
 from flexinfer.manager.http import parse_bind_address
 
 DEFAULT_METRICS = ":8080"
@@ -83,11 +87,13 @@ def manager_config(env: Mapping[str, str], *, metrics_bind_address: str | None =
                            "--health-probe-bind-address", DEFAULT_HEALTH)
     elect = leader_elect if leader_elect is not None else read.flag("LEADER_ELECT", False)
     identity = read.text("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    knobs = swap_knobs(env)
     return ManagerConfig(
         metrics_bind_address=metrics, health_probe_bind_address=health, leader_elect=elect,
         pod_namespace=read.text("POD_NAMESPACE", "default"), identity=identity,
         kubeconfig=kubeconfig, namespaces=tuple(namespaces),
         workers=read.integer("FLEXINFER_MANAGER_WORKERS", 4, minimum=1),
-        policy=ManagerPolicy(drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S)),
+        policy=ManagerPolicy(election=ElectionPolicy(min_hold=knobs.min_hold, max_wait=knobs.max_wait),
+                             drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S)),
         defaults=controller_defaults(env, warn=settings.warn),
     )

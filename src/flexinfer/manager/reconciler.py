@@ -5,9 +5,11 @@ A pass reads the unit's facts from the store (``facts``: no API read), calls ``p
 the plan, each Model's writes in its own reconcile scope: the status patches of invalid Models (Warning event
 ``ValidationFailed``), the preemptions (the ``Preempted`` status, the Normal event ``Preempted``, the
 preemptions counter), then per member the server-side apply of its Deployment and Service
-(``flexinfer.manager.applier``), the log tail the plan asks for (``pods/log``), the status patch when it
-changed, the Warning events ``InvalidFieldIgnored`` (once per distinct message; a status write refused
-with 422 because of such a field says so instead) and the lifecycle observations
+(``flexinfer.manager.applier``), the log tail the plan asks for (``pods/log``; a crashed container's previous
+run), the status patch when it changed, a Warning event named after a pod failure when it appears or its cause
+changes (``Unschedulable``, ``ImagePullBackOff``, ``CrashLoopBackOff``, …), the Warning events
+``InvalidFieldIgnored`` (once per distinct message; a status write refused with 422 because of such a field
+says so instead) and the lifecycle observations
 (``flexinfer.manager.lifecycle``, with the instant an incumbent's Deployment was scaled to zero: a swap's
 drain ends). A pass that preempts does only that; the proxies' ``ModelDemand`` reports are then read
 afresh from the API server (a quorum read after the ``Preempted`` write; the watch cache when it fails:
@@ -93,6 +95,7 @@ class Reconciler:
         return UnitFacts(
             now=now, models=[StoredModel(p.body, p.model, p.error, p.ignored) for p in parsed],
             deployments=deployments, pods={n: list(self._store.pods(ns, n)) for n in names},
+            pods_gone_at={n: gone for n in names if (gone := self._store.pods_gone_at(ns, n)) is not None},
             reports=self._store.demands(ns) if reports is None else reports, caches=self._store.caches(ns),
             cache_problems=[CacheProblem(*c) for c in self._store.cache_problems(ns)],
             group=unit.name if unit.group else None, leases=self._store.leases(ns) if unit.group else ())
@@ -151,7 +154,7 @@ class Reconciler:
             if action.log is not None:
                 read = action.log
                 action = action.with_log(await self._api.pod_log_tail(model.namespace, read.pod, read.container,
-                                                                      read.lines))
+                                                                      read.lines, previous=read.previous))
             try:
                 body = await self._patch(model, action.patch) if action.patch else self._store_body(model)
             except ApiError as error:
@@ -162,6 +165,8 @@ class Reconciler:
                 await self._report_ignored(model, action.ignored, self._store_body(model), STATUS_REFUSED)
                 return
             await self._report_ignored(model, action.ignored, body)
+            if action.announce and action.failure is not None:
+                await self._api.post_event(body, "Warning", action.failure.reason, action.failure.message)
             self.lifecycle.observe(model, action.status, now, PassFacts(stopped_at, action.ready_at))
 
     async def _report_ignored(self, model: Model, ignored: IgnoredFields, body: Body, note: str = "") -> None:

@@ -7,14 +7,16 @@ Fed by the kopf event handlers (``flexinfer.manager.operator``) and by the recon
 ``resourceVersion`` than the stored one are ignored. Each update returns the reconcile ``Unit``s it
 affects. Reconciles read only from here: no API read per reconcile. Models and ModelCaches are parsed with
 ``parse_stored``: a quantity or duration stored before the CRD's pattern existed is ignored (and listed in
-``ignored`` for the reconciler to report) instead of discarding the whole object.
+``ignored`` for the reconciler to report) instead of discarding the whole object. It also remembers when the last
+pod of each model was deleted (``pods_gone_at``): a device released a moment ago may not be rebound yet.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from flexinfer.api.conventions import MODEL_LABEL
@@ -89,7 +91,10 @@ class Store:
     """Latest bodies of Models, Deployments, Pods, ModelCaches, GPULeases and ModelDemands (see the module
     docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._clock = clock
+        self._pods_gone: dict[Key, datetime] = {}
+        """When the last pod of a model was deleted (a device it held may still be settling)."""
         self._models: dict[Key, Parsed] = {}
         self._groups: dict[Key, set[str]] = defaultdict(set)
         self._deployments: dict[Key, Body] = {}
@@ -175,7 +180,9 @@ class Store:
     def _remove_pod(self, body: Body) -> list[Unit]:
         namespace, name = key_of(body)
         model = ((body.get("metadata") or {}).get("labels") or {}).get(MODEL_LABEL)
-        self._pods.get((namespace, model or ""), {}).pop(name, None)
+        pods = self._pods.get((namespace, model or ""), {})
+        if pods.pop(name, None) is not None and not pods:
+            self._pods_gone[(namespace, model or "")] = self._clock()
         return self._model_units(namespace, model)
 
     def _put_modelcache(self, body: Body) -> list[Unit]:
@@ -253,6 +260,10 @@ class Store:
 
     def pods(self, namespace: str, model: str) -> Iterable[Body]:
         return list(self._pods.get((namespace, model), {}).values())
+
+    def pods_gone_at(self, namespace: str, model: str) -> datetime | None:
+        """When the last pod of ``model`` was seen deleted (``None``: never, since this process started)."""
+        return self._pods_gone.get((namespace, model))
 
     def caches(self, namespace: str) -> list[ModelCache]:
         return [c for c in (_typed(b, ModelCache) for k, b in self._caches.items() if k[0] == namespace)

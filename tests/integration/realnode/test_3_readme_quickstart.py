@@ -1,21 +1,27 @@
 """Journey step 3: README's Kubernetes quickstart, verbatim, on the installed release (its `helm install`
 line is the session's install, see conftest). The example Models in `default` are served by the proxy
-installed in flexinfer-system (the namespace mismatch the quickstart once had)."""
+installed in flexinfer-system (the namespace mismatch the quickstart once had). They ask for a gfx1100 node this
+node is not, so a request for one fails within seconds naming the scheduler's reason, and `kubectl get mdl`
+shows it (issue #23, defect 6)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 
+import openai
 import pytest
 
 from support.kube_testbed import REPO_ROOT, ensure_kubectl
-from support.real_node import NAMESPACE, RealNode, readme_quickstart, wait_for
+from support.real_node import NAMESPACE, RealNode, readme_quickstart, record, wait_for
 
 EXAMPLES = {"qwen25-7b-chat", "qwen25-coder-7b"}
+FAIL_FAST_S = 30.0
+"""An unschedulable model's waiting request is answered within this (its cold-start budget is 120 s)."""
 
 
 def run(node: RealNode, command: str) -> str:
@@ -45,3 +51,25 @@ def test_the_quickstart_runs_and_its_examples_are_served(node: RealNode, quickst
     listing = next(out for c, out in quickstart.items() if c.startswith("kubectl get mdl"))
     assert all(name in listing for name in EXAMPLES)
     wait_for(lambda: proxy_model_ids(node) >= EXAMPLES, 60, "the proxy to list the example Models")
+
+
+def test_an_unschedulable_example_fails_its_request_fast_and_kubectl_shows_why(
+        node: RealNode, quickstart: dict[str, str]) -> None:
+    ip = node.get("service", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["clusterIP"]
+    wait_for(lambda: proxy_model_ids(node) >= EXAMPLES, 60, "the proxy to list the example Models")
+    client = openai.OpenAI(base_url=f"http://{ip}/v1", api_key="unused", timeout=300, max_retries=0)
+    began = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as failure:
+        client.chat.completions.create(model="qwen25-7b-chat", max_tokens=4,
+                                       messages=[{"role": "user", "content": "hello"}])
+    waited = time.monotonic() - began
+    record("unschedulable example: request -> 503", waited)
+    message = str(failure.value.body)
+    assert failure.value.status_code == 503 and "Unschedulable" in message and "didn't match" in message, message
+    assert waited < FAIL_FAST_S, f"answered after {waited:.1f}s"
+    listing = run(node, "kubectl get mdl -A")
+    line = next(row for row in listing.splitlines() if "qwen25-7b-chat" in row)
+    assert "Failed" in line and "Unschedulable" in line and "didn't match" in line, listing
+    events = node.get("events", "-n", "default", "--field-selector",
+                      "involvedObject.name=qwen25-7b-chat,reason=Unschedulable")["items"]
+    assert events and events[0]["type"] == "Warning", events

@@ -7,6 +7,10 @@ cold-starts tiny-a; a request for the higher-priority tiny-b then swaps: tiny-a 
 in flight completes), and tiny-b's pod waits Pending for the GPU until tiny-a's pod is gone. Every request
 succeeds; the manager's cold-start and swap histograms get one sample each, equal (within 100 ms) to the
 decision → Ready time this test observes through its own API watch.
+
+Then tiny-a is asked for again while tiny-b sits Ready and idle (issue #23, defect 7): tiny-b yields once it
+has held the GPU for the chart's `swap.minHold` (15 s) since Ready, as under `flexinfer serve` — not after a
+5-minute cooldown, nor when its idle timeout scales it away.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -22,6 +27,10 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.real_node import NAMESPACE, ApiWatch, RealNode, record, shared_models_manifest, wait_for
+
+MIN_HOLD_S = 15.0
+MAX_WAIT_S = 30.0
+"""The chart's swap knobs (values.yaml `swap`), the same defaults as `flexinfer serve`'s."""
 
 REQUEST_TIMEOUT_S = 300.0
 WATCH_LAG_S = 1.0
@@ -157,3 +166,31 @@ def test_cold_start_then_swap_loses_nothing(node: RealNode, models: None, watch:
     swap_sample = samples[("flexinfer_model_swap_duration_seconds_sum", "tiny-b")]
     assert abs(cold_sample - (cold_ready - cold_decision)) <= WATCH_LAG_S, (cold_sample, cold_ready - cold_decision)
     assert abs(swap_sample - (swap_ready - swap_decision)) <= WATCH_LAG_S, (swap_sample, swap_ready - swap_decision)
+
+
+def ready_since(node: RealNode, model: str) -> datetime:
+    ready = next(c for c in status(node, model)["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", ready
+    return datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00"))
+
+
+def test_an_idle_higher_priority_model_gives_the_gpu_back_after_min_hold(node: RealNode, models: None) -> None:
+    env = {e["name"]: e.get("value") for e in node.get("deployment", "flexinfer-controller", "-n", NAMESPACE)
+           ["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["FLEXINFER_SWAP_MIN_HOLD"], env["FLEXINFER_SWAP_MAX_WAIT"]) == ("15s", "30s")
+    if phase(node, "tiny-b") != "Ready":  # this test alone: make tiny-b the idle holder first
+        chat(proxy_client(node), "tiny-b")
+    b_ready = ready_since(node, "tiny-b")
+    asked = datetime.now(UTC)
+    began = time.monotonic()
+    assert chat(proxy_client(node), "tiny-a")
+    took = time.monotonic() - began
+    record("tiny-a back from an idle tiny-b (request -> reply)", took)
+    b = status(node, "tiny-b")
+    assert b["phase"] == "Preempted" and b["sharedGroup"]["preemptedBy"] == "tiny-a", b
+    preempted = datetime.fromisoformat(b["sharedGroup"]["preemptedAt"].replace("Z", "+00:00"))
+    assert preempted >= b_ready + timedelta(seconds=MIN_HOLD_S), "tiny-b kept the GPU for min_hold"
+    # Not the starvation bound: tiny-b yielded as soon as its hold allowed (preemptedAt is in whole seconds).
+    assert preempted < max(asked, b_ready + timedelta(seconds=MIN_HOLD_S)) + timedelta(seconds=5), (
+        asked, b_ready, preempted)
+    assert took < MIN_HOLD_S + MAX_WAIT_S + 60, f"tiny-a took {took:.1f}s (the request's budget is 240 s)"

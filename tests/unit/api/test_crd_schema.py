@@ -3,6 +3,7 @@ jsonschema cross-check that every example manifest validates against the generat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,9 +86,10 @@ def test_names_short_names_status_and_columns() -> None:
     assert version["name"] == "v1alpha2" and version["subresources"] == {"status": {}}
     columns = [(c["name"], c["jsonPath"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]]
     assert columns == [
-        ("Backend", ".spec.backend", 0), ("Phase", ".status.phase", 0), ("Shared", ".spec.gpu.shared", 1),
+        ("Backend", ".spec.backend", 0), ("Phase", ".status.phase", 0),
+        ("Reason", '.status.conditions[?(@.type=="Ready")].reason', 0), ("Shared", ".spec.gpu.shared", 1),
         ("Priority", ".spec.gpu.priority", 1), ("TPS", ".status.metrics.tokensPerSecond", 0),
-        ("Age", ".metadata.creationTimestamp", 0),
+        ("Age", ".metadata.creationTimestamp", 0), ("Message", ".status.message", 0),
     ]
     assert by_kind["ModelCache"]["spec"]["versions"][0]["name"] == "v1alpha1"
     assert [c["name"] for c in by_kind["GPULease"]["spec"]["versions"][0]["additionalPrinterColumns"]] == [
@@ -101,10 +103,11 @@ def test_printer_columns_point_at_fields_in_the_schema() -> None:
         schema = version["schema"]["openAPIV3Schema"]
         for column in version["additionalPrinterColumns"]:
             node = schema
-            for part in column["jsonPath"].strip(".").split("."):
+            for part in re.sub(r"\[\?\(.*?\)\]", "", column["jsonPath"]).strip(".").split("."):
                 if part in ("metadata",):
                     break
                 node = node["properties"][part]
+                node = node.get("items", node)  # a filtered list: the field of its items
             else:
                 expected = {"date": "string", "integer": "integer", "string": "string"}[column["type"]]
                 assert node["type"] == expected, column

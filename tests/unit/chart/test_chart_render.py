@@ -35,6 +35,7 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 IMAGE = "ghcr.io/flexinfer/flexinfer:0.1.0"
 TRACING_ENV = ("FLEXINFER_OTEL_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT", "FLEXINFER_OTEL_SERVICE_NAMESPACE")
 LOG_ENV = {"FLEXINFER_LOG_LEVEL": "INFO", "FLEXINFER_LOG_FORMAT": "text"}
+SWAP_ENV = {"FLEXINFER_SWAP_MIN_HOLD": "15s", "FLEXINFER_SWAP_MAX_WAIT": "30s"}
 POD_NAMESPACE = {"fieldRef": {"fieldPath": "metadata.namespace"}}
 POD_NAME = {"fieldRef": {"fieldPath": "metadata.name"}}
 EVERYTHING_ON = (
@@ -119,6 +120,7 @@ def test_default_manager_env_is_exact(default_docs: list[dict[str, Any]]) -> Non
     assert manager_env(default_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
         "POD_NAME": POD_NAME,
+        **SWAP_ENV,
         "DEFAULT_SHM_SIZE_LIMIT": "8Gi",
         "DEFAULT_FLASH_LOADER_ENABLED": "false",
         "DEFAULT_FLASH_LOADER_IMAGE": IMAGE,
@@ -131,6 +133,7 @@ def test_seed_command_renders_flash_loader_and_tracing_on_manager(seed_docs: lis
     assert manager_env(seed_docs) == {
         "POD_NAMESPACE": POD_NAMESPACE,
         "POD_NAME": POD_NAME,
+        **SWAP_ENV,
         "DEFAULT_SHM_SIZE_LIMIT": "8Gi",
         "DEFAULT_FLASH_LOADER_ENABLED": "true",
         "DEFAULT_FLASH_LOADER_IMAGE": IMAGE,
@@ -256,6 +259,7 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
         "PROXY_COLD_START_TIMEOUT": "10m",
         "PROXY_STALL_TIMEOUT": "2m",
         "PROXY_MAX_QUEUE_SIZE": "100",
+        **SWAP_ENV,
         **LOG_ENV,
         "FLEXINFER_ACCESS_LOG": "true",
     }
@@ -264,6 +268,14 @@ def test_default_proxy_env_is_exact(default_docs: list[dict[str, Any]]) -> None:
     assert proxy["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     service = find(default_docs, "Service", "flexinfer-proxy")
     assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+
+
+def test_the_swap_knobs_reach_the_manager_and_the_proxy_alike(helm: Helm) -> None:
+    docs = helm.template("swap.minHold=5s", "swap.maxWait=1m")
+    for env in (manager_env(docs), proxy_env(docs)):
+        assert (env["FLEXINFER_SWAP_MIN_HOLD"], env["FLEXINFER_SWAP_MAX_WAIT"]) == ("5s", "1m")
+    bad = helm.run("template", "x", str(CHART_DIR), "--set", "swap.maxWait=soon", check=False)
+    assert bad.returncode != 0 and "maxWait" in bad.stderr
 
 
 def test_proxy_rate_limit_and_auth_env(helm: Helm) -> None:

@@ -57,8 +57,16 @@ def _flash_defaults(env: Mapping[str, str]) -> None:
     local_config(env, Path("/tmp"), warn=settings.warn)
 
 
+def _swap(env: Mapping[str, str]) -> None:
+    """Every reader of the swap knobs: ``serve``, the manager and the in-cluster proxy."""
+    local_config(env, Path("/tmp"))
+    manager_config(env)
+    cluster_proxy_settings(env)
+
+
 PARSERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     "local": lambda env: local_config(env, Path("/tmp")),
+    "swap": _swap,
     "proxy": lambda env: proxy_config(env).validate(),
     "tracing": _tracing,
     "manager": manager_config,

@@ -16,7 +16,7 @@ from flexinfer.core.election import (
     Member,
     active_lease,
     elect,
-    group_cooldown,
+    group_hold,
     parse_waiting_since,
     waiting_since_of,
 )
@@ -39,19 +39,22 @@ def test_tie_breaks_priority_then_recency_then_name() -> None:
     assert elect([m("a"), m("z", priority=101)], NOW, GO).leader == "z"
 
 
-def test_force_promotion_beats_cooldown_and_ready() -> None:
-    members = [m("a", phase="Ready", state="Active", preempted_at=ago(1)), m("b", force=True, priority=1)]
+def test_force_promotion_beats_the_hold_and_ready() -> None:
+    members = [m("a", phase="Ready", state="Active", ready_since=ago(1)), m("b", force=True, priority=1)]
     result = elect(members, NOW, GO)
     assert (result.leader, result.reason) == ("b", "force_promotion")
     assert result.members["a"].preempt_now and result.members["a"].preempted_by == "b"
 
 
-def test_cooldown_keeps_the_active_member_using_the_max_member_cooldown() -> None:
-    members = [m("a", state="Active", phase="Ready"), m("b", priority=900, phase="Idle", last_active=ago(1),
-                                                        preempted_at=ago(400), swap_cooldown=600)]
-    assert group_cooldown(members, GO) == 600
-    assert elect(members, NOW, GO).reason == "swap_cooldown"
-    assert elect([members[0], replace(members[1], swap_cooldown=None)], NOW, GO).leader == "b"
+def test_the_hold_keeps_a_ready_holder_using_the_longest_member_swap_cooldown() -> None:
+    holder = m("a", state="Active", phase="Ready", ready_since=ago(20))
+    challenger = m("b", priority=900, phase="Idle", last_active=ago(1), waiting_since=ago(1), swap_cooldown=600)
+    assert group_hold([holder, challenger], GO) == 600
+    assert group_hold([holder], GO) == GO.min_hold == 15
+    assert elect([holder, challenger], NOW, GO).reason == "min_hold"
+    assert elect([holder, replace(challenger, swap_cooldown=None)], NOW, GO).leader == "b", "20 s > min_hold 15 s"
+    assert elect([replace(holder, ready_since=ago(5)), replace(challenger, swap_cooldown=None)], NOW,
+                 GO).reason == "min_hold"
 
 
 def test_in_flight_cold_start_is_protected() -> None:
@@ -79,11 +82,13 @@ def test_a_member_idle_past_its_own_timeout_is_not_restarted_ahead_of_a_waiting_
     assert elect([replace(lapsed, idle_timeout=600), waiting], NOW, GO).leader == "tiny-b", "still warm: Go order"
     ready = m("r", phase="Ready", state="Active", priority=100, last_active=ago(200))
     assert elect([ready, lapsed], NOW, GO).leader == "r", "a lapsed member is no demand against a Ready one"
-    # Right after a swap (cooldown running), the winner served its request and idled out: the card is empty.
+    # Right after a swap, the winner served its request and idled out: the card is empty.
     leader = replace(lapsed, state="Active")
     loser = replace(waiting, phase="Preempted", state="Preempted", preempted_at=ago(60))
     assert elect([leader, loser], NOW, GO).leader == "tiny-a"
-    assert elect([replace(leader, phase="Ready"), loser], NOW, GO).reason == "swap_cooldown", "still serving"
+    holding = replace(leader, phase="Ready", ready_since=ago(40))
+    assert elect([holding, loser], NOW, GO).reason == "idle_holder", "an idle holder past min_hold yields"
+    assert elect([replace(holding, busy=True), loser], NOW, GO).reason == "ready", "a busy one keeps it"
     assert elect([ready, replace(lapsed, idle_timeout=None)], NOW, GO).reason == "demand_preemption"
 
 
@@ -96,11 +101,47 @@ def test_warm_primary_reclaims_from_idle_leader_and_categories() -> None:
     assert elect([m("x", min_replicas=1, priority=1), m("y")], NOW, GO).reason == "warm_pinned"
 
 
-def test_starvation_bound_overrides_priority_and_cooldown() -> None:
-    busy = m("hi", phase="Ready", state="Active", priority=900, last_active=ago(1), preempted_at=ago(10))
+def test_starvation_bound_overrides_priority_and_the_hold() -> None:
+    busy = m("hi", phase="Ready", state="Active", priority=900, last_active=ago(1), ready_since=ago(2), busy=True)
     low = m("lo", priority=1, waiting_since=ago(301))
-    assert elect([busy, low], NOW, ElectionPolicy(max_wait=300)).leader == "lo"
+    assert elect([busy, low], NOW, ElectionPolicy(max_wait=300)).reason == "starvation_bound"
+    assert elect([busy, low], NOW, ElectionPolicy(max_wait=302)).reason == "min_hold"
     assert elect([busy, low], NOW, GO).leader == "hi"
+
+
+def test_an_idle_ready_holder_past_min_hold_yields_to_a_waiting_lower_priority_member() -> None:
+    """Issue #23, defect 7: tiny-a (100) cold started, tiny-b (200) took the GPU, and tiny-a is asked for again.
+    tiny-b is Ready and idle: past ``min_hold`` it yields, as under ``flexinfer serve``; a busy tiny-b keeps the
+    GPU until tiny-a's wait reaches ``max_wait``, and a tiny-b Ready for less than ``min_hold`` keeps it too."""
+    policy = ElectionPolicy()  # the shared defaults: min_hold 15 s, max_wait 30 s
+    b = m("tiny-b", priority=200, phase="Ready", state="Active", last_active=ago(20), ready_since=ago(20),
+          idle_timeout=600)
+    a = m("tiny-a", priority=100, phase="Preempted", state="Preempted", last_active=ago(2), waiting_since=ago(2),
+          preempted_at=ago(40), idle_timeout=600)
+    result = elect([b, a], NOW, policy)
+    assert (result.leader, result.reason) == ("tiny-a", "idle_holder")
+    assert result.members["tiny-b"].preempt_now and result.members["tiny-b"].preempted_by == "tiny-a"
+    assert elect([replace(b, ready_since=ago(10)), a], NOW, policy).reason == "min_hold"
+    assert elect([replace(b, busy=True), a], NOW, policy).leader == "tiny-b"
+    starving = replace(a, waiting_since=ago(policy.max_wait or 0))
+    assert elect([replace(b, busy=True), starving], NOW, policy).reason == "starvation_bound"
+    assert elect([replace(b, busy=True, ready_since=ago(1)), starving], NOW, policy).leader == "tiny-a"
+
+
+def test_a_starving_member_never_preempts_a_winner_that_is_still_starting() -> None:
+    winner = m("b", state="Active", phase="Loading", last_active=ago(40), waiting_since=None)
+    starving = m("c", phase="Idle", waiting_since=ago(45), last_active=ago(45))
+    assert elect([winner, starving], NOW, ElectionPolicy()).reason == "cold_start_in_flight"
+
+
+def test_a_failed_holder_keeps_the_gpu_only_while_no_other_member_wants_it() -> None:
+    failed = m("f", state="Active", phase="Failed", can_take_demand=False, last_active=ago(5))
+    other = m("o", phase="Idle", idle_timeout=300)
+    result = elect([failed, other], NOW, GO)
+    assert (result.leader, result.reason) == ("f", "failed_holder")
+    wanted = replace(other, last_active=ago(1), waiting_since=ago(1))
+    assert elect([failed, wanted], NOW, GO).leader == "o"
+    assert elect([replace(failed, state="Queued"), other], NOW, GO).leader == "o"
 
 
 def test_queue_positions_and_states() -> None:

@@ -10,6 +10,7 @@ from flexinfer.api.model import ActivationStatus, Model, SharedGroupStatus
 from flexinfer.core.election import MemberDecision
 from flexinfer.core.model_status.build import DeploymentFacts
 from flexinfer.core.model_status.plan import (
+    WAKE_MARGIN,
     ManagerPolicy,
     MemberInputs,
     activation_clock,
@@ -141,3 +142,16 @@ def test_a_model_that_never_idles_out_arms_no_idle_timer_at_ready() -> None:
         model = model.model_copy(update={"status": model.status.model_copy(update={
             "phase": "Ready", "conditions": [ready]})})
         assert next_wakeup([model], [], T0 + timedelta(seconds=1), POLICY) is None
+
+
+def test_a_group_holder_wakes_the_group_when_its_hold_ends() -> None:
+    """The election decides again when a Ready holder's hold (``min_hold``, or a longer ``gpu.swapCooldown``)
+    is over: a waiting member may take an idle holder's GPU then, without any other event."""
+    ready = Condition(type="Ready", status="True", reason="BackendReady", last_transition_time=T0)
+    holder = member("b", 200, phase="Ready", conditions=[ready])
+    waiting = member("a", 100, phase="Preempted")
+    wake = next_wakeup([holder, waiting], [], T0 + timedelta(seconds=1), POLICY)
+    assert wake is not None and wake - T0 == timedelta(seconds=POLICY.election.min_hold) + WAKE_MARGIN
+    longer = make_model("a", gpu={"vendor": "amd", "shared": "g", "swapCooldown": "40s"})
+    wake = next_wakeup([holder, longer], [], T0 + timedelta(seconds=1), POLICY)
+    assert wake is not None and wake - T0 == timedelta(seconds=40) + WAKE_MARGIN

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
+from flexinfer.api.conventions import INFLIGHT_PREFIX, WAITING_SINCE_ANNOTATION
 from flexinfer.cluster_proxy.demand import rfc3339
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.election import Election, ElectionPolicy
@@ -34,10 +34,13 @@ class Sink:
         return lambda *_a, **_k: None
 
 
-def member(store: Store, name: str, priority: int, marker: str | None = None, **status: Any) -> None:
+def member(store: Store, name: str, priority: int, marker: str | None = None, busy: bool = False,
+           **status: Any) -> None:
     doc = model_doc(name, "ns", gpu={"shared": "g", "priority": priority})
-    if marker is not None:
-        doc["metadata"]["annotations"] = {WAITING_SINCE_ANNOTATION: marker}
+    annotations = {WAITING_SINCE_ANNOTATION: marker} if marker is not None else {}
+    if busy:  # a pre-ModelDemand proxy's in-flight report: requests are being answered
+        annotations[f"{INFLIGHT_PREFIX}proxy-x"] = rfc3339(NOW - timedelta(seconds=1))
+    doc["metadata"]["annotations"] = annotations
     doc["status"] = status
     store.put("Model", doc)
 
@@ -59,7 +62,7 @@ def models(store: Store) -> list[Any]:
 
 
 def busy_high(store: Store) -> None:
-    member(store, "high", 200, phase="Ready", lastActiveTime=rfc3339(NOW - timedelta(seconds=1)),
+    member(store, "high", 200, busy=True, phase="Ready", lastActiveTime=rfc3339(NOW - timedelta(seconds=1)),
            sharedGroup={"state": "Active"})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from flexinfer.manager.store import Store, Unit
@@ -47,6 +48,22 @@ def test_deployments_and_pods_reconcile_their_model() -> None:
     assert list(store.pods("ns", "a")) == [pod]
     assert store.remove("Pod", pod) == [Unit("ns", "a")] and list(store.pods("ns", "a")) == []
     assert store.put("Deployment", {"metadata": {"name": "orphan", "namespace": "ns"}}) == []
+
+
+def test_the_store_remembers_when_the_last_pod_of_a_model_went() -> None:
+    moments = iter([datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)])
+    store = Store(clock=lambda: next(moments))
+    store.put("Model", body("a", 1))
+    pods = [{"metadata": {"name": f"a-{i}", "namespace": "ns", "labels": {"flexinfer.ai/model": "a"}}} for i in (1, 2)]
+    for pod in pods:
+        store.put("Pod", pod)
+    assert store.pods_gone_at("ns", "a") is None
+    store.remove("Pod", pods[0])
+    assert store.pods_gone_at("ns", "a") is None, "another pod of it still runs"
+    store.remove("Pod", pods[1])
+    assert store.pods_gone_at("ns", "a") == datetime(2026, 1, 1, tzinfo=UTC)
+    store.remove("Pod", pods[1])
+    assert store.pods_gone_at("ns", "a") == datetime(2026, 1, 1, tzinfo=UTC), "a repeated deletion changes nothing"
 
 
 def test_a_modelcache_reconciles_the_models_it_matches() -> None:

@@ -71,3 +71,26 @@ async def test_an_invalid_model_is_failed_once_with_one_warning() -> None:
         await reconciler.reconcile(Unit("ns", "bad"))
     assert api.calls == [("status", "bad", "Failed"), ("event", "Warning", "ValidationFailed")]
     assert wakes == []
+
+
+async def test_a_crash_loop_is_written_with_its_logged_cause_and_announced_once() -> None:
+    store, wakes = Store(), cast(list[tuple[Unit, datetime]], [])
+    loading(store)
+    store.put("Pod", {"metadata": {"name": "m-abc", "namespace": "ns", "labels": {"flexinfer.ai/model": "m"},
+                                   "creationTimestamp": rfc3339(NOW)},
+                      "status": {"containerStatuses": [{
+                          "name": "model", "ready": False, "restartCount": 2,
+                          "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+                          "lastState": {"terminated": {"reason": "Error", "exitCode": 1}}}]}})
+    api = RecordingKubeApi(store, log=["llama_load_model_from_file: failed to load model", ""])
+    reconciler = subject(store, api, wakes)
+    for _ in range(2):
+        await reconciler.reconcile(Unit("ns", "m"))
+    assert api.calls[:5] == [("apply", "Deployment", "m", "1"), ("apply", "Service", "m", ""),
+                             ("previous-log", "m-abc", "model"), ("status", "m", "Failed"),
+                             ("event", "Warning", "CrashLoopBackOff")]
+    assert ("event", "Warning", "CrashLoopBackOff") not in api.calls[5:], "announced once"
+    parsed = store.model("ns", "m")
+    assert parsed is not None and parsed.model is not None
+    assert parsed.model.status.message == ("CrashLoopBackOff: container model crashed 2 times: "
+                                           "llama_load_model_from_file: failed to load model")

@@ -4,8 +4,9 @@
 - ``derive_phase``: the phase implied by the desired replicas, the shared-group state and those facts;
 - ``loading_detail``: ``loadingSubstage`` + ``message`` from the newest pod's container states;
 - ``build_status``: the complete manager-owned status (conditions with ``lastTransitionTime``
-  semantics from ``flexinfer.core.phases``), and ``status_patch``: the merge patch from one status to
-  another (empty when nothing changed, so the manager writes only on change).
+  semantics from ``flexinfer.core.phases``; a pod that cannot start, ``StatusInputs.failure``, gives phase
+  ``Failed`` with its reason on ``Ready`` and its cause in ``message``), and ``status_patch``: the merge patch
+  from one status to another (empty when nothing changed, so the manager writes only on change).
 
 ``failed_status`` and ``with_ignored_fields`` set ``ConfigValid=False`` for an invalid Model or a field ignored
 in a stored object; ``ready_since`` is the Ready instant the cluster recorded. Called by the manager's reconcile
@@ -190,6 +191,9 @@ class StatusInputs:
     shared: SharedGroupStatus | None = None
     activation: ActivationStatus | None = None
     preempted_message: str = ""
+    failure: tuple[str, str] | None = None
+    """While phase Failed because the pod cannot start (``flexinfer.core.model_status.pod_failure``): its reason
+    and message, written to the ``Ready`` condition and ``message``."""
 
 
 def _conditions(model: Model, inputs: StatusInputs) -> list[Any]:
@@ -200,6 +204,8 @@ def _conditions(model: Model, inputs: StatusInputs) -> list[Any]:
                                       now=now, observed_generation=gen)
     status, reason = phases.ready_condition(inputs.phase)
     message = inputs.preempted_message if inputs.phase == "Preempted" else ""
+    if inputs.phase == phases.FAILED and inputs.failure is not None:
+        reason, message = inputs.failure
     return phases.set_condition(conditions, phases.COND_READY, status, reason, message=message, now=now,
                                 observed_generation=gen)
 
@@ -213,6 +219,8 @@ def build_status(model: Model, inputs: StatusInputs) -> ModelStatus:
         substage, message = inputs.loading.substage, inputs.loading.message
     elif inputs.phase == "Preempted":
         substage, message = "Preempted", inputs.preempted_message or None
+    elif inputs.phase == phases.FAILED and inputs.failure is not None:
+        message = inputs.failure[1]
     progress = old.loading_progress_at
     if (substage, message) != (old.loading_substage, old.message):
         progress = inputs.now if substage is not None else None

@@ -4,8 +4,8 @@ gate) and the status inputs with the activation record.
 ``flexinfer.core.unit_plan`` calls, once per member and pass: ``plan_member`` (replicas to apply; whether this
 pass preempts the member), then, with the Deployment as stored and the newest pod's loading detail,
 ``finish_member`` (phase, shared-group status and ``status.activation`` for ``build_status``).
-``next_wakeup`` says when a timer must re-reconcile a unit (idle timeout, demand and cooldown windows,
-drain deadline, lease expiry, a wait marker crossing the starvation bound) so nothing is polled.
+``next_wakeup`` says when a timer must re-reconcile a unit (idle timeout, demand windows, the end of a Ready
+holder's hold, drain deadline, lease expiry, a wait marker crossing the starvation bound) so nothing is polled.
 ``activation_clock`` and ``STAGE_OF_SUBSTAGE`` serve the manager's lifecycle tracker
 (``flexinfer.manager.lifecycle``), which turns the activation record into cold-start / swap observations.
 
@@ -31,11 +31,12 @@ from flexinfer.core.election import (
     ElectionPolicy,
     Member,
     MemberDecision,
-    group_cooldown,
+    group_hold,
     waiting_since_of,
 )
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.model_status.build import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
+from flexinfer.core.model_status.pod_failure import PodFailure
 from flexinfer.core.replicas import desired_replicas, idle_timeout_seconds
 
 STAGE_OF_SUBSTAGE: Final[dict[str, str]] = {
@@ -177,16 +178,21 @@ def activation_clock(model: Model) -> Activation | None:
 
 
 def finish_member(inputs: MemberInputs, plan: MemberPlan, deployment: DeploymentFacts | None,
-                  loading: LoadingDetail | None, now: datetime) -> StatusInputs:
+                  loading: LoadingDetail | None, now: datetime, *, failure: PodFailure | None = None
+                  ) -> StatusInputs:
     """``build_status``'s inputs for ``plan`` over ``deployment``'s facts; a model Ready again clears its
-    ``preemptedAt``."""
+    ``preemptedAt``; a model starting (Pending/Loading) whose pod shows a ``failure`` is ``Failed``."""
     shared = plan.shared
     phase = derive_phase(plan.replicas, deployment, shared.state if shared else None)
     if shared is not None and phase == phases.READY and shared.state == "Active":
         shared = shared.model_copy(update={"preempted_at": None})
+    failed = failure is not None and phase in (phases.PENDING, phases.LOADING)
+    if failed:
+        phase = phases.FAILED
     return StatusInputs(phase=phase, now=now, loading=loading, shared=shared,
                         activation=next_activation(inputs, plan.replicas, phase, now),
-                        preempted_message=plan.preempted_message)
+                        preempted_message=plan.preempted_message,
+                        failure=(failure.reason, failure.message) if failure is not None and failed else None)
 
 
 def _member_instants(model: Model, policy: ManagerPolicy) -> list[datetime]:
@@ -216,8 +222,9 @@ def next_wakeup(models: Sequence[Model], leases: Iterable[GPULease], now: dateti
     """The earliest future instant at which an input of this group's decisions changes by time alone."""
     instants = [t for m in models for t in _member_instants(m, policy)]
     members = [Member.from_model(m) for m in models]
-    cooldown = group_cooldown(members, policy.election) if members else policy.election.swap_cooldown
-    instants += [m.preempted_at + timedelta(seconds=cooldown) for m in members if m.preempted_at is not None]
+    if len(members) > 1:  # a group's holder may have to yield when its hold ends
+        hold = group_hold(members, policy.election)
+        instants += [m.ready_since + timedelta(seconds=hold) for m in members if m.ready_since is not None]
     instants += [lease.spec.expires_at for lease in leases if lease.spec.expires_at is not None]
     future = [t for t in instants if t > now]
     return min(future) + WAKE_MARGIN if future else None
