@@ -3,11 +3,15 @@ CRDs installed from crds/, and `kubectl auth can-i` for the manager and proxy Se
 exactly what the RBAC tables in support.helm_chart list, and the listed forbidden actions are refused.
 
 There is no kubelet or scheduler, so pods stay Pending; helm runs without --wait. The tests share one release
-and run in file order: install, permission checks, upgrade, rollback, uninstall.
+and run in file order: install, the names its NOTES print, permission checks, upgrade, rollback, uninstall;
+then a Flux-style revert (upgrade to the reverted chart and values) in a release of its own.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +20,15 @@ from typing import Any
 import pytest
 import yaml
 
+from support.chart_version import (
+    ROLLOUT_ANNOTATION,
+    ROLLOUT_MARKER,
+    ChartRecord,
+    chart_fingerprint,
+    chart_version,
+    may_record,
+    rollout_chart,
+)
 from support.helm_chart import (
     CHART_DIR,
     MANAGER_CLUSTER_PERMISSIONS,
@@ -94,6 +107,16 @@ def test_install_creates_crds_and_workloads(testbed: KubeTestbed, installed: Hel
     assert deployment(testbed, "flexinfer-proxy")["spec"]["replicas"] == 1
     for sa in ("flexinfer-manager", "flexinfer-proxy"):
         testbed.kubectl("-n", NAMESPACE, "get", "serviceaccount", sa)
+
+
+def test_the_notes_name_objects_that_exist(testbed: KubeTestbed, installed: Helm) -> None:
+    """The commands `helm install` prints (the chart's NOTES) name the release's real objects, among them the
+    manager's Deployment and metrics Service under the Go chart's names."""
+    notes = installed.run("status", RELEASE, "--namespace", NAMESPACE).stdout
+    named = set(re.findall(r"\b(deployment|service)/([a-z0-9-]+)", notes))
+    assert {("deployment", "flexinfer-controller"), ("service", "flexinfer-controller-metrics")} <= named, notes
+    for kind, name in sorted(named):
+        testbed.kubectl("-n", NAMESPACE, "get", kind, name)
 
 
 def test_manager_can_do_what_it_needs(testbed: KubeTestbed, installed: Helm) -> None:
@@ -200,3 +223,52 @@ def test_upgrade_then_rollback_then_uninstall(testbed: KubeTestbed, tmp_path_fac
     # helm never deletes CRDs from crds/ (that would delete every Model): they stay.
     testbed.kubectl("get", "crd", "models.ai.flexinfer")
     assert LIFECYCLE not in helm.run("list", *ns, "-q").stdout.split()
+
+
+REVERT = "flexinfer-revert"
+DIGEST_BEFORE = "sha256:" + "a" * 64
+DIGEST_ROLLOUT = "sha256:" + "b" * 64
+
+
+def test_a_reverted_chart_and_image_commit_rolls_back(testbed: KubeTestbed,
+                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What a Flux reconcile does after `git revert` of a rollout commit: upgrade the release to the chart and
+    values of the reverted state (not `helm rollback`). The rollout changed templates (with the version bump the
+    policy demands) and pinned a new image digest; after the revert the API server holds the objects of
+    before: the new object is gone and both pod templates are byte-for-byte those of before."""
+    assert testbed.kubeconfig is not None
+    work = Path(tmp_path_factory.mktemp("revert"))
+    helm = pinned_helm(work / "helm").with_kubeconfig(testbed.kubeconfig)
+    base = work / "flexinfer"
+    shutil.copytree(CHART_DIR, base)
+    rollout = rollout_chart(base, work / "rollout" / "flexinfer")
+    assert may_record(ChartRecord(chart_version(rollout), chart_fingerprint(helm, rollout)),
+                      ChartRecord(chart_version(base), chart_fingerprint(helm, base)))
+    ns = ("--namespace", REVERT)
+
+    def state() -> dict[str, Any]:
+        """The two pod templates, the FlexInfer images in them, and whether the rollout's ConfigMap exists."""
+        templates = {name: testbed.kubectl_json("-n", REVERT, "get", "deployment", f"{REVERT}-{name}")
+                     ["spec"]["template"] for name in ("controller", "proxy")}
+        marker = testbed.kubectl("-n", REVERT, "get", "configmap", f"{REVERT}-{ROLLOUT_MARKER}", check=False)
+        return {"templates": templates, "marker": marker.returncode == 0,
+                "images": {c["image"] for t in templates.values() for c in t["spec"]["containers"]}}
+
+    try:
+        helm.run("install", REVERT, str(base), *ns, "--create-namespace", "--set", f"image.digest={DIGEST_BEFORE}",
+                 timeout=300)
+        before = state()
+        assert before["images"] == {f"ghcr.io/flexinfer/flexinfer@{DIGEST_BEFORE}"} and not before["marker"]
+        helm.run("upgrade", REVERT, str(rollout), *ns, "--set", f"image.digest={DIGEST_ROLLOUT}", timeout=300)
+        rolled = state()
+        assert rolled["images"] == {f"ghcr.io/flexinfer/flexinfer@{DIGEST_ROLLOUT}"} and rolled["marker"]
+        assert rolled["templates"]["controller"]["metadata"]["annotations"] == ROLLOUT_ANNOTATION
+
+        helm.run("upgrade", REVERT, str(base), *ns, "--set", f"image.digest={DIGEST_BEFORE}", timeout=300)
+        assert state() == before
+        history = helm.run("history", REVERT, *ns, "-o", "json").stdout
+        charts = [entry["chart"] for entry in json.loads(history)]
+        assert charts == [f"flexinfer-{chart_version(base)}", f"flexinfer-{chart_version(rollout)}",
+                          f"flexinfer-{chart_version(base)}"], charts
+    finally:
+        helm.run("uninstall", REVERT, *ns, check=False, timeout=300)

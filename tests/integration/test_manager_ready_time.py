@@ -1,8 +1,12 @@
-"""The Ready instant of a cold start and of a swap comes from the cluster's condition timestamps, not from
-when the manager noticed: against the real apiserver, the model turns Ready while no manager runs (the pod's
-``Ready`` condition, or the Deployment's ``Available`` one, carries the time), and the restarted manager's
-samples end there. The timeline is scripted: the decision is moved 10 s into the past while the manager is
-down, so "seen" is always well after the condition's second (it used to be the sample's end)."""
+"""The Ready instant of a cold start and of a swap is when the transition happened, not when the manager
+noticed. Against the real apiserver:
+
+- seen live, it is the moment the manager's watch delivered the pod's ``Ready`` transition (milliseconds after
+  it), not the condition's whole second nor the later pass that saw the Deployment Ready (issue #25, item 3);
+- not seen live (the model turns Ready while no manager runs), the cluster's condition timestamps say (the
+  pod's ``Ready`` condition, or the Deployment's ``Available`` one), and the restarted manager's samples end
+  there. That timeline is scripted: the decision is moved 10 s into the past while the manager is down, so
+  "seen" is always well after the condition's second (it used to be the sample's end)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.types import PatchType
 
 from flexinfer.manager.client import ModelResource
+from support.kubelet_script import model_pod, pod_ready
 from support.manager_harness import (
     Cluster,
     RunningManager,
@@ -26,6 +31,7 @@ from support.manager_harness import (
     rfc3339,
     start_manager,
 )
+from support.polling import poll_until
 
 pytestmark = pytest.mark.integration
 __all__ = ["kube_testbed"]
@@ -89,6 +95,41 @@ async def test_a_cold_start_that_turned_ready_while_the_manager_was_down_ends_at
             assert took < 4.0 < (datetime.now(UTC) - decided).total_seconds()
         finally:
             await second.close()
+
+
+async def stored_ready(running: RunningManager, c: Cluster, pod: str) -> datetime:
+    """Wait until the manager's store holds ``pod`` Ready (its watch delivered the transition); returns the
+    moment this test saw that, an upper bound of the watch's delivery."""
+    async def probe() -> datetime | None:
+        bodies = running.manager.store.pods(c.namespace, "solo")
+        ready = [b for b in bodies if b["metadata"]["name"] == pod and any(
+            x.get("type") == "Ready" and x.get("status") == "True" for x in b["status"].get("conditions", []))]
+        return datetime.now(UTC) if ready else None
+    return await poll_until(probe, 15.0, f"the manager's store to hold {pod} Ready")
+
+
+async def test_a_cold_start_seen_turning_ready_live_ends_when_the_watch_delivered_the_pod_transition(
+        kube_testbed: Any) -> None:
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await c.create_model("solo", serverless={"enabled": False})
+            async def decision() -> str | None:
+                return ((await c.status("solo")).get("activation") or {}).get("decidedAt")
+            decided = datetime.fromisoformat(await c.wait_for(decision, what="solo's cold start in status"))
+            pod = await model_pod(c, "solo")
+            written, _ = await pod_ready(c, pod)
+            held = await stored_ready(running, c, pod)
+            # The deployment controller reports the replica ready later; the pass that sees it is later still.
+            await c.set_deployment_status("solo", replicas=1, readyReplicas=1, availableReplicas=1)
+            await c.phase_is("solo", "Ready")
+            took = await sample(running, "flexinfer_model_cold_start_duration_seconds", "solo")
+        finally:
+            await running.close()
+    ready = decided + timedelta(seconds=took)
+    assert written <= ready <= held, f"Ready at {ready}: the pod turned Ready in [{written}, {held}]"
+    watched = running.manager.store.ready_seen("Pod", c.namespace, pod)
+    assert watched is not None and ready == pytest.approx(watched, abs=timedelta(milliseconds=1))
 
 
 def shared(priority: int) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """A recording fake ``Engine`` (``flexinfer.runtime.ports.Engine``) for dispatcher and proxy tests.
 
 Records every start/stop in order, can hold a start at a gate until the test opens it, can fail the next
-start(s) of a model, and reports the startup stages it passes. ``make_model`` builds a
-minimal Model and ``FakeClock`` is a clock the test advances by hand. Used by tests/unit/runtime and any
-test that needs deterministic model lifecycles without processes.
+start(s) of a model, reports the startup stages it passes, and can crash a running server (``crash``).
+``make_model`` builds a minimal Model and ``FakeClock`` is a clock the test advances by hand. Used by
+tests/unit/runtime and any test that needs deterministic model lifecycles without processes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from flexinfer.runtime.ports import Endpoint, ServerReporter
 
 @dataclass
 class RecordingEngine:
-    """``calls`` holds ``(action, model_key)`` with action ``start``/``ready``/``failed``/``cancelled``/``stop``."""
+    """``calls`` holds ``(action, model_key)`` with action ``start``/``ready``/``failed``/``cancelled``/``stop``/
+    ``crash``."""
 
     stages: tuple[str, ...] = ("staging", "server_start", "health")
     base_url: str | None = None
@@ -31,6 +32,7 @@ class RecordingEngine:
     _gates: dict[str, asyncio.Event] = field(default_factory=dict)
     _failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _reporters: dict[str, ServerReporter] = field(default_factory=dict)
 
     def hold(self, key: str) -> None:
         """Make the next starts of ``key`` wait until ``open(key)``."""
@@ -47,6 +49,7 @@ class RecordingEngine:
     async def start(self, model: Model, report: ServerReporter) -> Endpoint:
         key = model.key
         self._record("start", key)
+        self._reporters[key] = report
         try:
             for stage in self.stages:
                 report.stage(stage)
@@ -63,6 +66,13 @@ class RecordingEngine:
         self.running.add(key)
         self._record("ready", key)
         return Endpoint(self.base_url or f"http://fake.invalid/{model.name}")
+
+    def crash(self, key: str, reason: str = "model server exited with code 137") -> None:
+        """The running server of ``key`` exits on its own (an OOM kill, a crash): reported as its start's
+        ``ServerReporter.exited``, as the local engine does."""
+        self.running.discard(key)
+        self._record("crash", key)
+        self._reporters[key].exited(reason)
 
     async def stop(self, model: Model) -> None:
         self.running.discard(model.key)

@@ -40,9 +40,17 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 app.kubernetes.io/part-of: flexinfer
 {{- end }}
 
-{{/* The one FlexInfer image: repository:tag, the tag defaulting to the chart appVersion. */}}
+{{/* The one FlexInfer image: repository:tag, the tag defaulting to the chart appVersion; with image.digest,
+pinned by content (repository@digest, or repository:tag@digest when a tag is given: the digest decides). */}}
 {{- define "flexinfer.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $v := .Values.image }}
+{{- if and $v.digest $v.tag }}
+{{- printf "%s:%s@%s" $v.repository $v.tag $v.digest }}
+{{- else if $v.digest }}
+{{- printf "%s@%s" $v.repository $v.digest }}
+{{- else }}
+{{- printf "%s:%s" $v.repository (default .Chart.AppVersion $v.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Flash-loader init container image: the explicit value, else the FlexInfer image. */}}
@@ -57,6 +65,11 @@ app.kubernetes.io/part-of: flexinfer
 {{/* The manager's Deployment: <fullname>-controller (`deploy/flexinfer-controller` for a release named flexinfer). */}}
 {{- define "flexinfer.controller.fullname" -}}
 {{- printf "%s-controller" (include "flexinfer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The manager's metrics Service: <fullname>-controller-metrics, the Go chart's name (scrape configs key on it). */}}
+{{- define "flexinfer.metricsService.fullname" -}}
+{{- printf "%s-controller-metrics" (include "flexinfer.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{- define "flexinfer.proxy.fullname" -}}

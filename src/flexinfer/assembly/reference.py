@@ -1,8 +1,9 @@
 """The configuration reference: every environment variable, command-line flag and Helm value with its default.
 
 Built from the settings tables each component keeps (``ENV_VARS``), the command parsers and the chart's
-``values.yaml`` — so ``docs/CONFIGURATION.md`` is generated (``flexinfer settings --markdown``) and a test
-fails when it drifts. Called by ``flexinfer.cli.settings``.
+``values.yaml``, plus the flash-loader precedence chain (env defaults → matching ModelCache → Model) with the
+defaults of its first layer — so ``docs/CONFIGURATION.md`` is generated (``flexinfer settings --markdown``) and a
+test fails when it drifts. Called by ``flexinfer.cli.settings``.
 """
 
 from __future__ import annotations
@@ -212,11 +213,44 @@ def render_markdown(parsers: dict[str, argparse.ArgumentParser], values_file: Pa
         out += ["", f"### {group.title}", "", f"Read by {users}.", "",
                 "| variable | default | meaning | if invalid |", "|---|---|---|---|"]
         out += [f"| `{v.name}` | {_default_cell(v, key)} | {v.description} | {v.on_invalid} |" for v in group.table]
+    out += flash_loader_precedence()
     if values_file is not None:
         out += ["", "## Helm values (`charts/flexinfer/values.yaml`)", "", "| key | default | meaning |",
                 "|---|---|---|"]
         out += [f"| `{v.key}` | {_code(v.default)} | {v.description} |" for v in helm_values(values_file)]
     return "\n".join(out) + "\n"
+
+
+PRECEDENCE_TITLE = "## Flash-loader settings: env defaults → matching ModelCache → Model"
+
+
+def flash_loader_precedence() -> list[str]:
+    """The order in which one Model's flash-loader settings are resolved (``resolve_flash_loader``), with the
+    environment defaults of layer 1 taken from the settings tables."""
+    image = next(v for v in controller_defaults.ENV_VARS if v.name == "DEFAULT_FLASH_LOADER_IMAGE")
+    defaults = [f"   - `{v.name}`: {_code(v.default) or 'unset'}"
+                for v in (*controller_defaults.FLASH_LOADER_ENV_VARS, image)]
+    return [
+        "", PRECEDENCE_TITLE, "",
+        "The flash-loader settings of one Model are resolved in this order; each layer overrides the ones above it.",
+        "`flexinfer manager`, `flexinfer render` and `flexinfer serve` resolve them alike (worked example and",
+        "auto-enable: `docs/user/caching.md`).",
+        "",
+        "1. **Environment defaults** (Helm `controller.runtime.flashLoader`; `flexinfer serve` reads the same",
+        "   variables). An unparsable value keeps its default and is logged as a warning:",
+        *defaults,
+        "2. **The matching `ModelCache`** (`ai.flexinfer/v1alpha1`) in the Model's namespace with a",
+        "   `spec.flashLoader` block: named like the Model or `<model>-cache`, or, for an `HF://` source, whose",
+        "   `spec.source` contains the Model's repository; the first in list order. Its `enabled` always applies",
+        "   (a block without `enabled: true` turns the flash-loader off); `image` when not blank, `concurrency`",
+        "   when above 0, `tmpfsSizeLimit` when a valid quantity.",
+        "3. **`Model.spec.cache.flashLoader`** (`ai.flexinfer/v1alpha2`): each field only when set: `enabled`,",
+        "   `image`, `concurrency`, `tmpfsSizeLimit`, `bufferSizeKB`, `verifyIntegrity`.",
+        "",
+        "Then a shared Model with `cache.strategy: Local` and no `spec.cache.flashLoader` block gets it enabled,",
+        "a concurrency below 1 becomes 4 and a buffer below 32 KiB becomes 4096 KiB, and a Model without a",
+        "persistent volume (a `pvc://` source, or strategy `SharedPVC` or `Local`) never gets it.",
+    ]
 
 
 def _default_cell(var: EnvVar, group: str) -> str:

@@ -9,15 +9,25 @@ fails). From its marks it yields:
 - per-stage durations for the bounded stage labels of ``STAGE_NAMES``: ``queue`` (first waiting demand →
   decision, only when the model had to wait for its group), ``drain`` (swap decision → the engine is
   asked to start this model, i.e. the incumbent drained and stopped; only when that moment was seen),
-  and the engine-reported ``staging``/``server_start``/``health`` from the start (each until the next
-  stage or Ready; an engine that reports nothing gets one ``server_start`` span). A stage whose start
-  was not witnessed (a clock rebuilt after a restart: ``resume``) yields no sample rather than a wrong
-  one; the cold-start and swap totals come from persisted decision times and need no witness.
-- the Ready instant (``ready_time``): where the engine only learns of Ready later (the Kubernetes manager
-  was down or lagging), from the Ready condition's timestamp instead of the moment it was noticed.
+  and the engine-reported ``staging``/``server_start``/``health``/``restore`` (a llama-server's prompt
+  cache loaded back) from the start (each until the next stage or Ready; an engine that reports nothing
+  gets one ``server_start`` span). A stage whose start was not witnessed (a clock rebuilt after a restart:
+  ``resume``) yields no sample rather than a wrong one; the cold-start and swap totals come from persisted
+  decision times and need no witness.
+- the Ready instant (``ready_time``, the rule in ``observed_ready``): the moment the Kubernetes manager's watch
+  delivered the event that showed the transition, when it saw it live; else (it was down or lagging, or re-listed)
+  from the Ready condition's timestamp instead of the moment it was noticed.
+
+A **restart** (``Activation.for_restart``) is the activation of a model whose server went away while Ready
+and comes back with its replica kept (a crash, an OOM kill, a replaced pod): it is decided and started at
+the moment the engine detected the loss, so the sample covers the whole way back (a restart backoff, the
+kubelet's restart) as a cold start, and the time before the first stage the engine reports counts as
+``server_start``.
 
 Idle time is never included: the clock starts at the decision, not at the last Ready→NotReady flip (the
-Go implementation measures from there, spec §3.7). Used by ``flexinfer.core.arbiter.machine``; the Kubernetes
+Go implementation measures from there, spec §3.7, so a model scaled to zero for an hour reports the hour). A
+restart does start at a Ready→NotReady flip, but one of a server that was meant to keep running: nothing idle
+lies between the loss and the way back. Used by ``flexinfer.core.arbiter.machine``; the Kubernetes
 engine builds the same object from its reconcile decisions.
 """
 
@@ -27,10 +37,32 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 ActivationKind = Literal["cold_start", "swap"]
-STAGE_NAMES: Final[tuple[str, ...]] = ("queue", "drain", "staging", "server_start", "health")
-ENGINE_STAGES: Final[frozenset[str]] = frozenset({"staging", "server_start", "health"})
+STAGE_NAMES: Final[tuple[str, ...]] = ("queue", "drain", "staging", "server_start", "health", "restore")
+ENGINE_STAGES: Final[frozenset[str]] = frozenset({"staging", "server_start", "health", "restore"})
 CONDITION_RESOLUTION: Final = 1.0
 """Seconds: Kubernetes condition timestamps (``lastTransitionTime``) are stored in whole seconds."""
+WATCH_LAG_LIMIT: Final = 0.25
+"""Seconds past the end of the condition's second after which a watch event no longer counts as seen live: a
+watch that delivers a transition that late was replaying (a reconnect) or stalled, and the condition is the
+better witness."""
+
+
+def observed_ready(seen: float, condition: float | None, watched: float | None) -> float:
+    """The Ready instant from what an observer has: the moment ``seen`` it noticed the model Ready, the Ready
+    condition's ``lastTransitionTime`` (``None``: unknown) and ``watched``, the moment its watch delivered the
+    event that showed the condition turn True (``None``: the transition was not seen live — a restart, a
+    re-list, an object first seen already Ready).
+
+    1. Seen live: ``watched`` (within milliseconds of the truth), unless it came more than ``WATCH_LAG_LIMIT``
+       after the condition's second ended (a replaying or stalled watch).
+    2. Otherwise the condition, stored in whole seconds, says Ready happened in ``[condition, condition + 1)``:
+       seen within that second, ``seen``; seen later, the middle of that second (error ≤ 0.5 s); a condition
+       newer than ``seen`` is ignored (``seen``)."""
+    if watched is not None and (condition is None or watched < condition + CONDITION_RESOLUTION + WATCH_LAG_LIMIT):
+        return min(watched, seen)
+    if condition is not None and condition <= seen and seen - condition >= CONDITION_RESOLUTION:
+        return condition + CONDITION_RESOLUTION / 2
+    return seen
 
 
 @dataclass(frozen=True)
@@ -73,6 +105,16 @@ class Activation:
     resumed_at: float | None = None
     """Set when the clock was rebuilt after a restart mid-activation: stage boundaries before this instant
     were not witnessed, so engine stages that began before it yield no sample (``resume``)."""
+    restart: bool = False
+    """Opened by the loss of a Ready model's server (``for_restart``), not by a decision to start it."""
+
+    @classmethod
+    def for_restart(cls, model: str, detected_at: float) -> Activation:
+        """The activation of a model whose server went away while Ready and is brought back with its replica
+        kept: decided and started at ``detected_at``; until the engine reports a stage, ``server_start``."""
+        activation = cls(model, detected_at, gap_stage="server_start", restart=True)
+        activation.start(detected_at)
+        return activation
 
     def start(self, now: float) -> None:
         self.started_at = now
@@ -123,19 +165,15 @@ class Activation:
             return _merged([(after[0][0], self.started_at), *after[1:]])
         return _merged([(self.gap_stage or "server_start", self.started_at), *after])
 
-    def ready_time(self, seen: float, condition: float | None) -> float:
-        """When the model became Ready, from the moment it was ``seen`` Ready and the ``condition``'s
-        ``lastTransitionTime`` (Pod ``Ready``, else Deployment ``Available``; ``None`` when unknown).
-
-        The API stores condition times in whole seconds, so Ready happened in ``[condition, condition + 1)``
-        and not after ``seen``: when seen within that second, ``seen`` (exact but for watch latency); when
-        seen later (the observer was down or lagging), the middle of that second (error ≤ 0.5 s). A condition
-        older than the decision (an earlier pod) or newer than ``seen`` is ignored. Never before a stage
-        boundary already witnessed (the model was still loading then)."""
-        ready = seen
-        if condition is not None and self.decided_at - CONDITION_RESOLUTION <= condition <= seen \
-                and seen - condition >= CONDITION_RESOLUTION:
-            ready = condition + CONDITION_RESOLUTION / 2
+    def ready_time(self, seen: float, condition: float | None, watched: float | None = None) -> float:
+        """When the model became Ready (``observed_ready`` over the moment it was ``seen`` Ready, the Ready
+        condition's ``lastTransitionTime`` — Pod ``Ready``, else Deployment ``Available`` — and the moment the
+        watch delivered that transition, ``watched``). A condition older than the decision (an earlier pod)
+        counts as unknown. Never before the decision or a stage boundary already witnessed (the model was still
+        loading then)."""
+        if condition is not None and condition < self.decided_at - CONDITION_RESOLUTION:
+            condition = watched = None
+        ready = observed_ready(seen, condition, watched)
         witnessed = [self.decided_at, *(t for _, t in self._marks)]
         if self.started_at is not None:
             witnessed.append(self.started_at)

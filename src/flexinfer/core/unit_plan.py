@@ -16,7 +16,7 @@ executes the plan, doing only I/O. The plan, in the order the reconciler execute
   (``flexinfer.core.manifests.render``; replicas and the swap drain gate from
   ``flexinfer.core.model_status.plan.plan_member``), the status patch (``finish_member`` + ``build_status``;
   ``{}`` when nothing changed), the fields ignored in stored objects, and what the lifecycle tracker needs
-  (``stops``, ``ready_at``);
+  (``stops``, ``ready_at``, ``ready_seen``);
 - ``wake``: the next instant at which time alone changes a decision (``next_wakeup``), or the next log read
   while a server loads, whichever is first.
 
@@ -66,7 +66,7 @@ from flexinfer.core.model_status.build import (
     failed_status,
     loading_detail,
     newest_pod,
-    ready_since,
+    ready_source,
     status_patch,
     with_ignored_fields,
 )
@@ -132,6 +132,9 @@ class UnitFacts:
     pods_gone_at: Mapping[str, datetime] = field(default_factory=dict)
     """When the last pod of a member was seen deleted (the manager's store remembers it): a device it released
     a moment ago may not be bound to the next pod yet (``pod_failure.DEVICE_SETTLE``)."""
+    ready_seen: Mapping[tuple[str, str], datetime] = field(default_factory=dict)
+    """(kind, name) of the unit's Pods and Deployments → when the manager's watch delivered the event that showed
+    their ``Ready``/``Available`` condition turn True, for those whose transition it saw live."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,9 @@ class MemberAction:
     stops: bool = False
     """Its Deployment had replicas and is scaled to zero by this apply (a swap's drain ends)."""
     ready_at: datetime | None = None
-    """While Ready: the Ready instant the cluster recorded (``build.ready_since``)."""
+    """While Ready: the Ready instant the cluster recorded (``build.ready_source``)."""
+    ready_seen: datetime | None = None
+    """While Ready: when the manager's watch showed that condition turn True (``None``: not seen live)."""
     busy: tuple[str, ...] = ()
     """Proxies reporting requests in flight for it."""
     log: LogRead | None = None
@@ -393,11 +398,12 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
         log = LogRead(pod_name, detail.log_container)
     if failure is not None and failure.log_container and pod_name:
         log = LogRead(pod_name, failure.log_container, CRASH_LOG_LINES, previous=True)
-    deployment = facts.deployments.get(model.name)
+    source = ready_source(pod, facts.deployments.get(model.name)) if status.phase == phases.READY else None
     return MemberAction(
         model, manifests, inputs, status, status_patch(step.stored, status), ignored,
         stops=live is not None and live.replicas > 0 and plan.replicas == 0,
-        ready_at=ready_since(pod, deployment) if status.phase == phases.READY else None,
+        ready_at=source.since if source is not None else None,
+        ready_seen=facts.ready_seen.get((source.kind, source.name)) if source is not None else None,
         busy=tuple(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl)), log=log,
         stored=step.stored, failure=failure)
 

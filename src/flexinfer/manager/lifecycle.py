@@ -14,9 +14,12 @@ breakdown, scaled to zero, failed with its message); preemption decisions are lo
 
 - A swap's ``drain`` ends, and its ``server_start`` begins, when the reconciler scales the preempted
   incumbent to zero (``PassFacts.stopped_at``, seen in the same or a later pass: losers are reconciled first).
-- Ready is when the pod's ``Ready`` condition says (``PassFacts.ready_condition_at``,
-  ``flexinfer.core.lifecycle_clock.Activation.ready_time``), not when the manager noticed: a manager that
-  was down when the model turned Ready does not add its downtime.
+- Ready is when the manager's watch delivered the event that showed the pod's ``Ready`` condition turn True
+  (``PassFacts.ready_seen_at``), when it saw that live; otherwise when the condition says
+  (``PassFacts.ready_condition_at``; the rule: ``flexinfer.core.lifecycle_clock.observed_ready``), not when the
+  manager noticed: a manager that was down when the model turned Ready does not add its downtime.
+- A Ready model that stops being Ready with its replicas kept (a crash, a replaced pod) gets a restart
+  activation in status (``flexinfer.core.model_status.plan.restarting``), observed like any cold start.
 - The clock of an activation is rebuilt from status after a restart
   (``flexinfer.core.model_status.plan.activation_clock``), so the totals survive restarts; a stage that
   was under way (or a drain that ended) while the manager was down yields no sample instead of a wrong one.
@@ -46,6 +49,9 @@ class PassFacts:
     the end of the drain)."""
     ready_condition_at: datetime | None = None
     """``lastTransitionTime`` of its newest pod's ``Ready`` (else its Deployment's ``Available``) condition."""
+    ready_seen_at: datetime | None = None
+    """When the manager's watch delivered the event that showed that condition turn True (``None``: not seen
+    live — the manager started, or re-listed, after the transition)."""
 
 
 class LifecycleTracker:
@@ -101,7 +107,7 @@ class LifecycleTracker:
         if clock is None or after.phase != READY or before.status.activation is None:
             return
         self._drained(before, clock)
-        done = clock.finish(clock.ready_time(at, _ts(facts.ready_condition_at)))
+        done = clock.finish(clock.ready_time(at, _ts(facts.ready_condition_at), _ts(facts.ready_seen_at)))
         _log_ready(before, done.cold_start if done.cold_start is not None else done.swap,
                    "swap" if done.swap is not None else "cold_start", stage_totals(done.stages))
         if done.cold_start is not None:
@@ -157,6 +163,9 @@ def _log_phase(model: Model, old: str | None, after: ModelStatus) -> None:
     if new in ("Pending", "Loading") and old not in ("Pending", "Loading", "Ready"):
         log.info("model %s: activation requested (%s)", key, new, extra={"event": "activation_requested",
                                                                           "model": key})
+    elif old == "Ready" and new in ("Pending", "Loading"):
+        log.info("model %s: not ready any more (%s) with its replicas kept: its server restarts",
+                 key, after.message or new, extra={"event": "crash", "model": key})
     elif old == "Ready" and new in ("Idle", "Preempted"):
         log.info("model %s: scaled to zero (%s)", key, new, extra={"event": "stopped", "model": key,
                                                                     "reason": new})

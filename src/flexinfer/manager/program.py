@@ -37,6 +37,8 @@ from flexinfer.runtime.observer import LifecycleObserver
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
 KOPF_START_TIMEOUT_S = 60.0
+LIVE_EVENTS = frozenset({"ADDED", "MODIFIED"})
+"""Watch event types that report a change as it happens (kopf's listings have type ``None``)."""
 
 
 @dataclass
@@ -78,12 +80,15 @@ class Manager:
     # ---------------------------------------------------------------- bridge (kopf thread → this loop)
 
     def event(self, kind: str, type_: str | None, body: Body) -> None:
-        """Thread-safe: hand a watch event to the manager's loop."""
+        """Thread-safe: hand a watch event to the manager's loop, with the moment the watch delivered it (taken
+        here, in kopf's thread, so a busy loop does not delay it). kopf's listings (type ``None``: the start and
+        every re-list) carry no such moment: what they show was not seen happening."""
+        seen = datetime.now(UTC) if type_ in LIVE_EVENTS else None
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._apply_event, kind, type_, body)
+            self._loop.call_soon_threadsafe(self._apply_event, kind, type_, body, seen)
 
-    def _apply_event(self, kind: str, type_: str | None, body: Body) -> None:
-        units = self.store.remove(kind, body) if type_ == "DELETED" else self.store.put(kind, body)
+    def _apply_event(self, kind: str, type_: str | None, body: Body, seen: datetime | None = None) -> None:
+        units = self.store.remove(kind, body) if type_ == "DELETED" else self.store.put(kind, body, seen)
         for unit in units:
             self.queue.add(unit)
 

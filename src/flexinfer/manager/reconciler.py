@@ -20,7 +20,7 @@ The last pass arms the unit's timer. Called by the reconcile queue (``flexinfer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -92,13 +92,22 @@ class Reconciler:
         ns, parsed = unit.namespace, self._store.unit_models(unit)
         names = [m.name for m in (p.model for p in parsed) if m is not None]
         deployments = {n: d for n in names if (d := self._store.deployment(ns, n)) is not None}
+        pods = {n: list(self._store.pods(ns, n)) for n in names}
         return UnitFacts(
             now=now, models=[StoredModel(p.body, p.model, p.error, p.ignored) for p in parsed],
-            deployments=deployments, pods={n: list(self._store.pods(ns, n)) for n in names},
+            deployments=deployments, pods=pods, ready_seen=self._ready_seen(ns, deployments, pods),
             pods_gone_at={n: gone for n in names if (gone := self._store.pods_gone_at(ns, n)) is not None},
             reports=self._store.demands(ns) if reports is None else reports, caches=self._store.caches(ns),
             cache_problems=[CacheProblem(*c) for c in self._store.cache_problems(ns)],
             group=unit.name if unit.group else None, leases=self._store.leases(ns) if unit.group else ())
+
+    def _ready_seen(self, namespace: str, deployments: Mapping[str, Body],
+                    pods: Mapping[str, Sequence[Body]]) -> dict[tuple[str, str], datetime]:
+        """When the watch showed each of these Deployments and pods turn Ready, for those it saw do so live."""
+        names = [("Deployment", n) for n in deployments]
+        names += [("Pod", str((p.get("metadata") or {}).get("name") or "")) for bodies in pods.values() for p in bodies]
+        return {(kind, name): seen for kind, name in names
+                if (seen := self._store.ready_seen(kind, namespace, name)) is not None}
 
     async def _execute(self, plan: UnitPlan, draining: Set[str] = frozenset()) -> None:
         for rejection in plan.rejections:
@@ -167,7 +176,7 @@ class Reconciler:
             await self._report_ignored(model, action.ignored, body)
             if action.announce and action.failure is not None:
                 await self._api.post_event(body, "Warning", action.failure.reason, action.failure.message)
-            self.lifecycle.observe(model, action.status, now, PassFacts(stopped_at, action.ready_at))
+            self.lifecycle.observe(model, action.status, now, PassFacts(stopped_at, action.ready_at, action.ready_seen))
 
     async def _report_ignored(self, model: Model, ignored: IgnoredFields, body: Body, note: str = "") -> None:
         """A Warning event on the Model and on each ModelCache concerned, once per distinct message."""

@@ -8,7 +8,9 @@ Fed by the kopf event handlers (``flexinfer.manager.operator``) and by the recon
 affects. Reconciles read only from here: no API read per reconcile. Models and ModelCaches are parsed with
 ``parse_stored``: a quantity or duration stored before the CRD's pattern existed is ignored (and listed in
 ``ignored`` for the reconciler to report) instead of discarding the whole object. It also remembers when the last
-pod of each model was deleted (``pods_gone_at``): a device released a moment ago may not be rebound yet.
+pod of each model was deleted (``pods_gone_at``): a device released a moment ago may not be rebound yet, and
+when its watch showed a pod or Deployment turn Ready live (``ready_seen``, ``flexinfer.manager.ready_watch``):
+``put`` takes the moment the watch delivered a body (``seen``; ``None`` for listings and the manager's own writes).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.flashloader_settings import cache_matches_model
+from flexinfer.manager.ready_watch import READY_CONDITION, ReadySightings
 
 Body = dict[str, Any]
 Key = tuple[str, str]
@@ -103,16 +106,35 @@ class Store:
         self._caches: dict[Key, Body] = {}
         self._leases: dict[Key, Body] = {}
         self._demands: dict[Key, ModelDemand] = {}
+        self._ready = ReadySightings()
 
     # ---------------------------------------------------------------- updates
 
-    def put(self, kind: str, body: Body) -> list[Unit]:
-        """Store a newer body (without ``managedFields``); returns the units to reconcile."""
-        return getattr(self, f"_put_{kind.lower()}")(_slim(body))  # type: ignore[no-any-return]
+    def put(self, kind: str, body: Body, seen: datetime | None = None) -> list[Unit]:
+        """Store a newer body (without ``managedFields``); returns the units to reconcile. ``seen``: when the
+        watch delivered it (``None``: a listing or the manager's own write)."""
+        body = _slim(body)
+        if kind not in READY_CONDITION:
+            return getattr(self, f"_put_{kind.lower()}")(body)  # type: ignore[no-any-return]
+        previous = self._kept(kind, body)
+        units: list[Unit] = getattr(self, f"_put_{kind.lower()}")(body)
+        if self._kept(kind, body) is body:
+            self._ready.update(kind, key_of(body), previous, body, seen)
+        return units
 
     def remove(self, kind: str, body: Body) -> list[Unit]:
         """Forget a deleted object; returns the units to reconcile."""
+        if kind in READY_CONDITION:
+            self._ready.forget(kind, key_of(body))
         return getattr(self, f"_remove_{kind.lower()}")(body)  # type: ignore[no-any-return]
+
+    def _kept(self, kind: str, body: Body) -> Body | None:
+        """The stored Pod or Deployment of ``body``'s name."""
+        namespace, name = key_of(body)
+        if kind == "Deployment":
+            return self._deployments.get((namespace, name))
+        model = ((body.get("metadata") or {}).get("labels") or {}).get(MODEL_LABEL)
+        return self._pods.get((namespace, model or ""), {}).get(name)
 
     def _put_model(self, body: Body) -> list[Unit]:
         key = key_of(body)
@@ -260,6 +282,11 @@ class Store:
 
     def pods(self, namespace: str, model: str) -> Iterable[Body]:
         return list(self._pods.get((namespace, model), {}).values())
+
+    def ready_seen(self, kind: str, namespace: str, name: str) -> datetime | None:
+        """When the watch delivered the event that showed the stored Pod (``Ready``) or Deployment
+        (``Available``) of that name turn True, if the manager saw that transition live."""
+        return self._ready.seen(kind, namespace, name)
 
     def pods_gone_at(self, namespace: str, model: str) -> datetime | None:
         """When the last pod of ``model`` was seen deleted (``None``: never, since this process started)."""

@@ -119,13 +119,25 @@ class UpstreamPool:
         waiter = self._next_waiter(key)
         if waiter is not None:
             waiter.set_result(None)
-        else:
-            self._open[key] -= 1
+            return
+        self._open[key] -= 1
+        if self._open[key] <= 0:
+            del self._open[key]
+            self._waiting.pop(key, None)  # empty: ``_next_waiter`` drained it
 
     def _lost(self, conn: Connection) -> None:
+        """A connection closed: it leaves the idle list at once (a model server that stopped leaves nothing
+        behind: each start listens on a new port, so its key is never used again)."""
+        key = conn.pool_key
+        idle = self._idle.get(key)
+        if idle is not None:
+            with contextlib.suppress(ValueError):
+                idle.remove(conn)
+            if not idle:
+                del self._idle[key]
         if conn.holds_place:
             conn.holds_place = False
-            self._free_place(conn.pool_key)
+            self._free_place(key)
 
     async def _exchange(self, conn: Connection, parts: tuple[bytes, ...], method: str,
                         retry: bool = True) -> UpstreamResponse | None:
@@ -150,8 +162,19 @@ class UpstreamPool:
         while idle:
             conn = idle.pop()
             if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
+                if not idle:
+                    del self._idle[key]
                 return conn
+        self._idle.pop(key, None)
         return None
+
+    def held(self) -> int:
+        """Idle connections kept, over every server (what the pool holds between requests)."""
+        return sum(len(idle) for idle in self._idle.values())
+
+    def servers(self) -> set[tuple[str, int]]:
+        """The servers the pool keeps anything for (idle connections, counted places, waiting requests)."""
+        return set(self._idle) | set(self._open) | set(self._waiting)
 
     async def _connect(self, key: tuple[str, int]) -> Connection:
         """Connect within the connect timeout, in attempts of growing length (plain TCP): a SYN that is dropped

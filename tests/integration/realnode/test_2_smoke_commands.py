@@ -1,6 +1,8 @@
 """Journey step 2: the design note's runtime smoke commands, verbatim (grep where rg is absent), on the
 installed release: the manager's Deployment is `deploy/flexinfer-controller` with the runtime env, and a
-port-forward to 8080 serves /metrics with both lifecycle histograms."""
+port-forward to 8080 serves /metrics with both lifecycle histograms. Then the runbook's names section: its
+label-selector commands find the release's objects, and the metrics Service has the Go chart's name,
+`flexinfer-controller-metrics`, and serves the same /metrics."""
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from support.kube_testbed import ensure_kubectl
+from support.kube_testbed import REPO_ROOT, ensure_kubectl
 from support.real_node import RealNode, wait_for
 
 GET_ENV = ("kubectl -n flexinfer-system get deploy flexinfer-controller -o yaml"
            " | grep -E 'DEFAULT_SHM_SIZE_LIMIT|DEFAULT_FLASH_LOADER|FLEXINFER_OTEL|OTEL_EXPORTER_OTLP_ENDPOINT'")
 PORT_FORWARD = "kubectl -n flexinfer-system port-forward deploy/flexinfer-controller {local}:8080"
 METRICS = "curl -s localhost:{local}/metrics | grep -E 'flexinfer_model_(cold_start|swap)_duration_seconds'"
+SERVICE_FORWARD = "kubectl -n flexinfer-system port-forward svc/flexinfer-controller-metrics {local}:8080"
+RUNBOOK = REPO_ROOT / "docs" / "operations" / "rocm-gfx1100.md"
 
 
 def shell_env(node: RealNode) -> dict[str, str]:
@@ -43,8 +47,8 @@ def local_port() -> int:
 
 
 @contextmanager
-def port_forward(node: RealNode, local: int) -> Iterator[None]:
-    with subprocess.Popen(["bash", "-c", "exec " + PORT_FORWARD.format(local=local)], env=shell_env(node),
+def port_forward(node: RealNode, local: int, command: str = PORT_FORWARD) -> Iterator[None]:
+    with subprocess.Popen(["bash", "-c", "exec " + command.format(local=local)], env=shell_env(node),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
         try:
             yield
@@ -67,3 +71,27 @@ def test_port_forward_serves_both_lifecycle_histograms(node: RealNode, release: 
                        30, "/metrics via port-forward")
     assert "# TYPE flexinfer_model_cold_start_duration_seconds histogram" in out
     assert "# TYPE flexinfer_model_swap_duration_seconds histogram" in out
+
+
+def names_block() -> list[str]:
+    """The shell lines of the runbook's names section (release `flexinfer` in `flexinfer-system`)."""
+    section = RUNBOOK.read_text().split("## Names of the installed objects", 1)[1].split("\n## ", 1)[0]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
+
+
+def test_the_runbook_selectors_find_the_release_objects(node: RealNode, release: str) -> None:
+    lines = [line for line in names_block() if "port-forward" not in line]
+    out = sh(node, "\n".join([*lines, 'echo "MANAGER=$MANAGER"']))
+    assert "MANAGER=deployment.apps/flexinfer-controller" in out
+    for name in ("deployment.apps/flexinfer-controller", "deployment.apps/flexinfer-proxy",
+                 "service/flexinfer-controller-metrics", "service/flexinfer-proxy"):
+        assert name in out, out
+
+
+def test_the_metrics_service_serves_the_manager_metrics(node: RealNode, release: str) -> None:
+    local = local_port()
+    with port_forward(node, local, SERVICE_FORWARD):
+        command = ["bash", "-c", METRICS.format(local=local)]
+        out = wait_for(lambda: subprocess.run(command, capture_output=True, text=True, timeout=10, check=False).stdout,
+                       30, "/metrics via the metrics Service")
+    assert "# TYPE flexinfer_model_cold_start_duration_seconds histogram" in out

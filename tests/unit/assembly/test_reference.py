@@ -1,12 +1,15 @@
-"""The configuration reference shows a real default for every flag and variable (never an empty cell)."""
+"""The configuration reference shows a real default for every flag and variable (never an empty cell), and the
+flash-loader precedence chain with the defaults of its first layer."""
 
 from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
-from flexinfer.assembly.reference import flag_default, render_markdown
+from flexinfer.assembly.reference import PRECEDENCE_TITLE, flag_default, render_markdown
 from flexinfer.cli.settings import command_parsers
+from flexinfer.core.controller_defaults import FLASH_LOADER_ENV_VARS
 
 ROW = re.compile(r"^\| `([^`]+)` \| (.*?) \| .* \|$")
 
@@ -35,3 +38,22 @@ def test_required_and_described_defaults() -> None:
     described = parser.add_argument("--namespace", action="append", default=[],
                                     help="watch only this namespace (default: all namespaces)")
     assert flag_default(described, described.help or "") == "all namespaces"
+
+
+def test_the_reference_states_the_flash_loader_precedence_with_every_default() -> None:
+    """The precedence chain (env defaults → matching ModelCache → Model) is in the generated reference, in that
+    order, with each DEFAULT_FLASH_LOADER_* variable and its default from the settings table."""
+    text = render_markdown({}, None)
+    section = text.split(PRECEDENCE_TITLE, 1)[1].split("\n## ", 1)[0]
+    markers = ("1. **Environment defaults**", "2. **The matching `ModelCache`**",
+               "3. **`Model.spec.cache.flashLoader`**")
+    layers = [section.index(marker) for marker in markers]
+    assert layers == sorted(layers)
+    for var in FLASH_LOADER_ENV_VARS:
+        assert f"- `{var.name}`: {f'`{var.default}`' if var.default else 'unset'}" in section, var.name
+
+
+def test_the_committed_configuration_doc_has_the_precedence() -> None:
+    committed = (Path(__file__).resolve().parents[3] / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
+    assert PRECEDENCE_TITLE in committed
+    assert committed.index(PRECEDENCE_TITLE) < committed.index("## Helm values")

@@ -100,11 +100,11 @@ def test_chart_args_parse_with_the_real_cli(helm: Helm, default_docs: list[dict[
     assert (proxy.command, address) == ("proxy", ("0.0.0.0", 8080))  # the container port the chart declares
 
 
-def test_chart_versions_follow_the_package(default_docs: list[dict[str, Any]]) -> None:
+def test_app_version_and_image_follow_the_package(default_docs: list[dict[str, Any]]) -> None:
     chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert chart["apiVersion"] == "v2"
-    assert chart["appVersion"] == chart["version"] == project["version"] == flexinfer.__version__
+    assert chart["appVersion"] == project["version"] == flexinfer.__version__  # `version` is the chart's own
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     expected = f"{values['image']['repository']}:{chart['appVersion']}"
     manager = container(find(default_docs, "Deployment", "flexinfer-controller"), "manager")

@@ -93,7 +93,7 @@ def test_default_render_has_the_expected_objects(default_docs: list[dict[str, An
         ("Role", "flexinfer-proxy"),
         ("RoleBinding", "flexinfer-manager-leader-election"),
         ("RoleBinding", "flexinfer-proxy"),
-        ("Service", "flexinfer-manager-metrics"),
+        ("Service", "flexinfer-controller-metrics"),
         ("Service", "flexinfer-proxy"),
         ("ServiceAccount", "flexinfer-manager"),
         ("ServiceAccount", "flexinfer-proxy"),
@@ -111,7 +111,7 @@ def test_manager_deployment_contract(default_docs: list[dict[str, Any]]) -> None
     assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert manager["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "flexinfer-manager"
-    service = find(default_docs, "Service", "flexinfer-manager-metrics")
+    service = find(default_docs, "Service", "flexinfer-controller-metrics")
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 

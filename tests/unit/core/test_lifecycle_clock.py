@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from flexinfer.core.lifecycle_clock import Activation, StageSpan
+from flexinfer.core.lifecycle_clock import Activation, StageSpan, observed_ready
 from support.arbiter_harness import Harness
 from support.recording_engine import make_model
 
@@ -83,3 +83,46 @@ def test_idle_hour_is_not_counted_in_the_cold_start() -> None:
     assert samples(h, ev.ObserveColdStart) == [0.0, 20.0]
     assert samples(h, ev.ObserveSwap) == []
     assert go_cold_start(ready_false_since, h.now) == 3620.0, "the Go formula would have reported the idle hour"
+
+
+# The Ready instant's choice rule (``observed_ready``): the watch time when the transition was seen live, the
+# condition's whole second only when it was not. Condition at 100 (stored "…:40Z": Ready happened in [100, 101)).
+
+def test_a_transition_seen_live_is_the_watch_time_whenever_the_manager_noticed_it() -> None:
+    assert observed_ready(seen=100.42, condition=100.0, watched=100.41) == 100.41
+    assert observed_ready(seen=103.9, condition=100.0, watched=100.41) == 100.41, "noticed late: still the watch"
+    assert observed_ready(seen=101.2, condition=100.0, watched=101.03) == 101.03, "Ready at the second's end"
+    assert observed_ready(seen=5.0, condition=None, watched=4.2) == 4.2
+
+
+def test_a_transition_not_seen_live_falls_back_to_the_condition() -> None:
+    assert observed_ready(seen=100.42, condition=100.0, watched=None) == 100.42, "seen within the second"
+    assert observed_ready(seen=103.9, condition=100.0, watched=None) == 100.5, "seen later: the second's middle"
+    assert observed_ready(seen=99.0, condition=100.0, watched=None) == 99.0, "a condition from the future"
+    assert observed_ready(seen=7.0, condition=None, watched=None) == 7.0
+
+
+def test_a_watch_event_long_after_the_conditions_second_was_not_seen_live() -> None:
+    """A reconnecting watch replays what it missed: delivered 1.3 s after the second ended is no witness."""
+    assert observed_ready(seen=102.4, condition=100.0, watched=101.2) == 101.2
+    assert observed_ready(seen=102.4, condition=100.0, watched=102.3) == 100.5
+    assert observed_ready(seen=100.5, condition=100.0, watched=100.6) == 100.5, "never after it was seen"
+
+
+def test_ready_time_uses_the_watch_and_never_ends_before_the_decision_or_a_witnessed_stage() -> None:
+    act = Activation("m", decided_at=90.0)
+    act.start(90.0)
+    act.mark("health", 100.3)
+    assert act.ready_time(seen=103.0, condition=100.0, watched=100.2) == 100.3
+    assert act.ready_time(seen=103.0, condition=100.0, watched=100.7) == 100.7
+    assert act.ready_time(seen=103.0, condition=60.0, watched=60.2) == 103.0, "an older pod's condition"
+
+
+def test_a_restart_activation_is_decided_and_started_at_the_loss() -> None:
+    act = Activation.for_restart("m", 50.0)
+    assert (act.decided_at, act.started_at, act.restart, act.kind) == (50.0, 50.0, True, "cold_start")
+    act.mark("staging", 55.0)
+    act.mark("health", 57.0)
+    obs = act.finish(58.0)
+    assert obs.cold_start == 8.0 and obs.swap is None
+    assert obs.stages == (StageSpan("server_start", 50, 55), StageSpan("staging", 55, 57), StageSpan("health", 57, 58))

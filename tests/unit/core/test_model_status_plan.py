@@ -84,8 +84,23 @@ def test_activation_lifecycle_open_keep_clear() -> None:
     assert kept == opened
     assert next_activation(MemberInputs(running, DeploymentFacts(1, 0, 0)), 0, "Idle", T0) is None
     assert next_activation(MemberInputs(running, DeploymentFacts(1, 1, 0)), 1, "Ready", T0) is None
-    ready = fresh.model_copy(update={"status": fresh.status.model_copy(update={"phase": "Ready"})})
-    assert next_activation(MemberInputs(ready, DeploymentFacts(1, 0, 1)), 1, "Loading", T0) is None
+
+
+def test_a_ready_model_that_stops_being_ready_with_its_replicas_kept_opens_a_restart_activation() -> None:
+    """A crash, an OOM kill, a replaced pod: the way back to Ready is measured from the moment it is seen,
+    with no queue time (the last request served is not a wait)."""
+    model = make_model("m")
+    ready = model.model_copy(update={"status": model.status.model_copy(update={
+        "phase": "Ready", "last_active_time": T0 - timedelta(seconds=40)})})
+    restarted = DeploymentFacts(1, 0, 1)
+    for phase in ("Loading", "Pending"):
+        act = next_activation(MemberInputs(ready, restarted), 1, phase, T0)
+        assert act == ActivationStatus(kind="cold_start", decided_at=T0), phase
+    assert next_activation(MemberInputs(ready, restarted), 0, "Idle", T0) is None, "scaled to zero: no restart"
+    assert next_activation(MemberInputs(ready, restarted), 1, "Failed", T0) is None, "a failure ends it"
+    assert next_activation(MemberInputs(ready, DeploymentFacts(1, 1, 0)), 1, "Ready", T0) is None
+    loading = ready.model_copy(update={"status": ready.status.model_copy(update={"phase": "Loading"})})
+    assert next_activation(MemberInputs(loading, restarted), 1, "Loading", T0) is None, "only at the flip"
 
 
 def test_activation_clock_survives_a_restart_through_status() -> None:

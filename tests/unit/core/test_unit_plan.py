@@ -155,7 +155,22 @@ def test_ready_carries_the_pod_ready_instant() -> None:
         {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(since)}]}}
     model = stored("m", {"lastActiveTime": rfc3339(NOW)})
     (member,) = plan(model, deployments={"m": deployment(1, 1)}, pods={"m": [pod]}).members
-    assert member.status.phase == "Ready" and member.ready_at == since
+    assert member.status.phase == "Ready" and member.ready_at == since and member.ready_seen is None
+    watched = since + timedelta(milliseconds=412)
+    seen = {("Pod", "m-abc"): watched, ("Deployment", "m"): watched + timedelta(milliseconds=40)}
+    (member,) = plan(model, deployments={"m": deployment(1, 1)}, pods={"m": [pod]}, ready_seen=seen).members
+    assert (member.ready_at, member.ready_seen) == (since, watched), "the pod's own transition, as the watch saw it"
+
+
+def test_a_ready_model_whose_pod_restarts_opens_a_restart_activation_and_keeps_its_replica() -> None:
+    model = stored("m", {"phase": "Ready", "lastActiveTime": rfc3339(NOW - timedelta(seconds=30))})
+    pod = {"metadata": {"name": "m-abc", "creationTimestamp": rfc3339(NOW)}, "status": {"containerStatuses": [
+        {"name": "model", "ready": False, "restartCount": 1, "state": {"running": {}}}]}}
+    (member,) = plan(model, deployments={"m": deployment(1, 0, 1)}, pods={"m": [pod]}).members
+    assert member.manifests[0]["spec"]["replicas"] == 1 and member.status.phase == "Loading"
+    act = member.status.activation
+    assert act is not None and (act.kind, act.decided_at, act.demand_since) == ("cold_start", NOW, None)
+    assert member.patch["activation"]["decidedAt"].startswith(NOW.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
 def test_fields_ignored_in_the_stored_model_are_named_in_config_valid() -> None:

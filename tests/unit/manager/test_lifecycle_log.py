@@ -1,5 +1,6 @@
 """The manager's lifecycle lines (``flexinfer.lifecycle``): activation requested, ready with the total and the
-stage breakdown, scaled to zero, failed with its message — one line per transition, none on a repeat."""
+stage breakdown, scaled to zero, failed with its message, a Ready model's server gone (``crash``) — one line per
+transition, none on a repeat."""
 
 from __future__ import annotations
 
@@ -45,3 +46,17 @@ def test_cold_start_stop_and_failure_lines(caplog: pytest.LogCaptureFixture) -> 
                                   "staging 3.000s, health 1.000s)")
     assert ready.__dict__["stages"] == {"server_start": 1.0, "staging": 3.0, "health": 1.0}
     assert caplog.records[3].getMessage() == "model default/m: failed: image pull failed"
+
+
+def test_a_ready_model_that_goes_with_its_replica_kept_is_logged_as_a_crash(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="flexinfer.lifecycle")
+    tracker, model = LifecycleTracker(NullObserver()), make_model("m")
+    restart = ActivationStatus(kind="cold_start", decided_at=T0)
+    after = ModelStatus(phase="Loading", activation=restart, message="model running, readiness probe not passing yet")
+    status = step(tracker, model, ModelStatus(phase="Ready"), after, 0)
+    step(tracker, model, status, ModelStatus(phase="Ready"), 4.0, ready=4.0)
+    events = [r.__dict__["event"] for r in caplog.records]
+    assert events == ["crash", "ready"]
+    assert caplog.records[0].getMessage() == ("model default/m: not ready any more (model running, readiness probe "
+                                              "not passing yet) with its replicas kept: its server restarts")
+    assert caplog.records[1].__dict__["seconds"] == 4.0

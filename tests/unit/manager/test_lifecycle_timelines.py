@@ -7,10 +7,14 @@ asserting the total and EVERY stage sample of each activation:
 - a swap with loading substages, one seen before the drain ended;
 - Ready while the manager was down (restart) or lagging: the Ready instant comes from the pod's Ready
   condition (whole seconds), not from when the manager noticed (it used to add the downtime);
-- a cold start, fresh and rebuilt after a restart mid-load (stages under way at the restart: no sample).
+- a cold start, fresh and rebuilt after a restart mid-load (stages under way at the restart: no sample);
+- Ready seen live: the moment the manager's watch delivered the pod's transition, not the condition's second;
+- a crash restart: a Ready model whose server went away with its replica kept, measured from the moment the
+  manager saw it go (the restart activation the plan opens) to Ready again, with every stage.
 
 Each pass gives the tracker what the reconciler would: the member's status before and after, the pass
-time, and ``PassFacts`` (the incumbent's scale-down instant; the Ready condition's time)."""
+time, and ``PassFacts`` (the incumbent's scale-down instant; the Ready condition's time; when the watch showed
+it turn True)."""
 
 from __future__ import annotations
 
@@ -70,11 +74,12 @@ class Member:
 
     def step(self, tracker: LifecycleTracker, now: float, phase: Phase, *, activation: ActivationStatus | None = None,
              substage: LoadingSubstage | None = None, stopped_at: float | None = None,
-             ready_condition: float | None = None) -> None:
+             ready_condition: float | None = None, ready_seen: float | None = None) -> None:
         after = ModelStatus(phase=phase, activation=activation, loading_substage=substage)
         before = self.model.model_copy(update={"status": self.status})
         facts = PassFacts(stopped_at=at(stopped_at) if stopped_at is not None else None,
-                          ready_condition_at=at(ready_condition) if ready_condition is not None else None)
+                          ready_condition_at=at(ready_condition) if ready_condition is not None else None,
+                          ready_seen_at=at(ready_seen) if ready_seen is not None else None)
         tracker.observe(before, after, at(now), facts)
         self.status = after
 
@@ -198,3 +203,29 @@ def test_a_cold_start_rebuilt_mid_load_samples_only_stages_it_saw_begin(restart_
     member.step(restarted, 12.4, "Ready", ready_condition=12.0)
     assert sink.totals == {("m", "cold_start"): [12.4]}
     assert sink.stages == {"m": {"health": 2.4}}
+
+
+def test_a_ready_transition_seen_live_ends_at_the_watch_time_not_at_the_conditions_second() -> None:
+    sink = Sink()
+    tracker = LifecycleTracker(sink)  # type: ignore[arg-type]
+    member = Member(make_model("m"), ModelStatus(phase="Idle"))
+    act = ActivationStatus(kind="cold_start", decided_at=T0)
+    member.step(tracker, 0, "Pending", activation=act)
+    member.step(tracker, 1.0, "Loading", activation=act, substage="HealthCheckPending")
+    # The pod turned Ready at 2.804 (condition "…:02Z"); the watch delivered it at 2.811; the Deployment's
+    # readyReplicas came 40 ms later and the pass ran at 3.27 (the old answer: the second's middle, 2.5).
+    member.step(tracker, 3.27, "Ready", ready_condition=2.0, ready_seen=2.811)
+    assert sink.totals == {("m", "cold_start"): [2.811]}
+    assert sink.stages == {"m": {"server_start": 1.0, "health": 1.811}}
+
+
+def test_a_crash_restart_is_measured_from_the_moment_the_manager_saw_the_model_go() -> None:
+    sink = Sink()
+    tracker = LifecycleTracker(sink)  # type: ignore[arg-type]
+    member = Member(make_model("m"), ModelStatus(phase="Ready"))
+    restart = ActivationStatus(kind="cold_start", decided_at=at(100.0))  # opened by the plan: ``restarting``
+    member.step(tracker, 100.0, "Loading", activation=restart, substage="Initializing")  # OOM-killed, restarting
+    member.step(tracker, 104.0, "Loading", activation=restart, substage="HealthCheckPending")
+    member.step(tracker, 105.4, "Ready", ready_condition=105.0, ready_seen=105.21)
+    assert sink.totals == {("m", "cold_start"): [5.21]}
+    assert sink.stages == {"m": {"server_start": 4.0, "health": 1.21}}

@@ -7,6 +7,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.lifecycle_clock import STAGE_NAMES
 from flexinfer.observability.metrics import REQUEST_STATUSES, LifecycleMetrics, ProxyMetrics
 from flexinfer.runtime.dispatcher import Dispatcher
@@ -58,6 +59,38 @@ async def test_swap_timeline_exact_samples() -> None:
                  state="Preempted") == 1
     assert value(registry, "flexinfer_model_startup_stage_duration_seconds_sum", **LAT, stage="drain") == 0
     assert value(registry, "flexinfer_model_startup_stage_duration_seconds_sum", **LAT, stage="server_start") == 35
+
+
+async def test_a_pinned_models_crash_restart_is_a_cold_start_sample_from_the_crash_with_its_stages() -> None:
+    """minReplicas 1, Ready; at t=100 its server is OOM-killed; the arbiter restarts it after its 5 s backoff
+    and it is Ready 3 s into that start: one more cold-start sample of 8 s (Go records the same from the Ready
+    condition's flip), whose stages add up to it (the backoff is server_start). It used to be 3 s."""
+    registry, clock, engine = CollectorRegistry(), FakeClock(0.0), RecordingEngine()
+    metrics = LifecycleMetrics(registry)
+    model = make_model("a", minReplicas=1)
+    async with Dispatcher(engine, [model], clock=clock, auto_tick=False, observer=metrics,
+                          policy=ArbiterPolicy(restart_backoff=5)) as d:
+        await d.wait_for(lambda: d.phase(model.key) == "Ready", 5)
+        clock.advance(100)
+        engine.hold(model.key)
+        engine.crash(model.key)
+        await d.wait_for(lambda: d.phase(model.key) == "Failed", 5)
+        clock.advance(5)
+        await d.tick()
+        await engine.wait_call("start", model.key, times=2)
+        await d.tick()  # the stages the engine reported as it started are applied at t=105
+        clock.advance(3)
+        engine.open(model.key)
+        await d.wait_for(lambda: d.phase(model.key) == "Ready", 5)
+    cold = {**LAT, "cache_strategy": "SharedPVC"}
+    assert value(registry, "flexinfer_model_cold_start_duration_seconds_count", **cold) == 2
+    assert value(registry, "flexinfer_model_cold_start_duration_seconds_sum", **cold) == 8
+    stage_sums = {stage: value(registry, "flexinfer_model_startup_stage_duration_seconds_sum", **LAT, stage=stage)
+                  for stage in ("server_start", "staging", "health")}
+    assert stage_sums == {"server_start": 5, "staging": 0, "health": 3}
+    assert value(registry, "flexinfer_model_startup_stage_duration_seconds_count", **LAT, stage="health") == 2
+    assert value(registry, "flexinfer_model_transitions_total", model="a", namespace="default", reason="reconcile",
+                 **{"from": "Ready", "to": "Failed"}) == 1
 
 
 def test_stage_labels_bounded_and_forget_removes_series() -> None:

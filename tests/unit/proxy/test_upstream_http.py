@@ -367,3 +367,27 @@ async def test_a_dropped_syn_is_sent_again_before_the_kernels_one_second_retrans
         filler.close()
         listener.close()
         await pool.close()
+
+
+@on_both_loops
+async def test_a_server_that_went_away_leaves_nothing_in_the_pool() -> None:
+    """Every model server start listens on a new port: the keep-alive connections of a stopped server must
+    leave the pool when they close, or a long swap storm grows the proxy's memory without bound."""
+    stop = asyncio.Event()
+
+    async def answer_until_stopped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(OK)
+        await stop.wait()  # then the connection closes (``Upstream._connection``), as a stopped server's do
+
+    for limit in (0, 2):
+        pool = UpstreamPool(5.0, max_per_server=limit)
+        for _ in range(3):
+            stop.clear()
+            async with Upstream(answer_until_stopped) as up:
+                answers = await asyncio.gather(fetch(pool, up.port), fetch(pool, up.port))
+                assert answers == [(200, b"{}")] * 2
+                assert pool.held() == 2
+                stop.set()
+                await eventually(lambda: pool.held() == 0 and not pool.servers(), 5)
+        await pool.close()

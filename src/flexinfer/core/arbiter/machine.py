@@ -33,6 +33,7 @@ from flexinfer.core.arbiter.state import (
     express_keys,
     failed_error,
     first_choice,
+    stale_restart,
     wait_timeout_error,
 )
 from flexinfer.core.errors import (
@@ -301,12 +302,18 @@ class Arbiter:
             self._phase(slot, PENDING, "WaitingForActivation")
 
     def _crashed(self, key: ModelKey, error: str, now: float) -> None:
+        """A server exited on its own. Loading: a failed start. Ready: Failed with a backoff; a pinned model (it
+        is restarted after the backoff without a request) opens its restart activation now, so the sample at
+        Ready covers the whole way back (``Activation.for_restart``)."""
         slot = self.slots.get(key)
         if slot is None or not slot.running or slot.stopping:
             return self._stopped(key)
         if slot.loading:
             return self._start_failed(key, error, now)
-        return self._fail(slot, "ServerExited", error, now)
+        self._fail(slot, "ServerExited", error, now)
+        if slot.pinned(self.policy):
+            slot.activation = Activation.for_restart(key, now)
+        return None
 
     def _stage(self, key: ModelKey, stage: str, now: float) -> None:
         slot = self.slots.get(key)
@@ -421,6 +428,8 @@ class Arbiter:
                 self._retire(slot, now, "idle timeout")
             if slot.phase == PENDING and not slot.running and not slot.queue and not slot.pinned(self.policy):
                 self._phase(slot, IDLE, "WaitingForActivation")
+            if stale_restart(slot, self.policy):
+                slot.activation = None
 
     # ------------------------------------------------------------ arbitration
 
@@ -450,9 +459,13 @@ class Arbiter:
         winner = planned or first_choice(members, now, self.policy)
         if winner is None:
             return
+        for member in members:
+            if member is not winner and member.activation is not None and member.activation.restart:
+                member.activation = None  # it lost its group's GPU: its next start is an activation of its own
         if winner.activation is None:
             winner.activation = Activation(winner.key, now, demand_since=winner.oldest_wait)
-        winner.activation.start(now)
+        if not winner.activation.restart:
+            winner.activation.start(now)
         winner.running, winner.stopping, winner.preempted_by = True, False, None
         self._phase(winner, LOADING, "StartingBackend")
         self._emit(ev.StartModel(winner.key))

@@ -16,7 +16,7 @@ from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.events import Effect
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import ColdStartTimeoutError, ModelFailedError
-from flexinfer.core.lifecycle_clock import Activation
+from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.phases import FAILED, IDLE, READY
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
 
@@ -254,6 +254,13 @@ def decision_times(holder: Slot, slots: Sequence[Slot], policy: ArbiterPolicy) -
     return times
 
 
+def stale_restart(slot: Slot, policy: ArbiterPolicy) -> bool:
+    """``slot`` holds a restart activation (its Ready server crashed) that no longer stands for a way back: the
+    model is no longer kept running (unloaded, removed, no longer pinned) and has not been started again."""
+    activation = slot.activation
+    return activation is not None and activation.restart and not slot.running and not slot.pinned(policy)
+
+
 def wait_timeout_error(slot: Slot, waited: float) -> ColdStartTimeoutError:
     """The error for a ticket whose deadline passed: its model did not become Ready in time, or (Ready) had no
     free place among its ``capacity`` concurrent requests."""
@@ -283,15 +290,16 @@ def backoff_error(slot: Slot, now: float) -> ModelFailedError:
 
 
 def activation_success_effects(slot: Slot, activation: Activation, now: float) -> list[Effect]:
-    """The observations of an activation that reached Ready: cold start, swap (shared groups), stages, and
-    the ``ActivationDone`` record naming the tickets that waited for it."""
+    """The observations of an activation that reached Ready: cold start, swap (shared groups), one sample per
+    stage (its total), and the ``ActivationDone`` record (every span) naming the tickets that waited for it."""
     obs = activation.finish(now)
     effects: list[Effect] = []
     if obs.cold_start is not None:
         effects.append(ev.ObserveColdStart(slot.key, obs.cold_start))
     if obs.swap is not None and slot.group is not None:
         effects.append(ev.ObserveSwap(slot.key, slot.group, obs.swap))
-    effects += [ev.ObserveStage(slot.key, span.stage, span.seconds) for span in obs.stages]
+    # one sample per stage, its total: a restart's server_start may come back after the engine's staging
+    effects += [ev.ObserveStage(slot.key, stage, seconds) for stage, seconds in stage_totals(obs.stages).items()]
     stages = tuple((s.stage, s.start, s.end) for s in obs.stages)
     effects.append(ev.ActivationDone(slot.key, activation.kind, activation.decided_at, now, stages,
                                      tuple(slot.queue), "success", _displaced(activation)))

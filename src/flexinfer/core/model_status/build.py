@@ -9,8 +9,9 @@
   from one status to another (empty when nothing changed, so the manager writes only on change).
 
 ``failed_status`` and ``with_ignored_fields`` set ``ConfigValid=False`` for an invalid Model or a field ignored
-in a stored object; ``ready_since`` is the Ready instant the cluster recorded. Called by the manager's reconcile
-plan (``flexinfer.core.unit_plan``) and by ``flexinfer.core.model_status.plan``.
+in a stored object; ``ready_source``/``ready_since`` name the object and the Ready instant the cluster
+recorded. Called by the manager's reconcile plan (``flexinfer.core.unit_plan``) and by
+``flexinfer.core.model_status.plan``.
 """
 
 from __future__ import annotations
@@ -112,18 +113,34 @@ def _true_since(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> d
     return None
 
 
-def ready_since(pod: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> datetime | None:
-    """When the model's server became Ready, as the cluster recorded it: ``lastTransitionTime`` of the
-    newest pod's ``Ready=True`` condition, else of the Deployment's ``Available=True`` condition (whole
-    seconds); ``None`` when neither says. The lifecycle clock decides whether to trust it
-    (``flexinfer.core.lifecycle_clock.Activation.ready_time``)."""
-    if pod is not None:
-        since = _true_since((pod.get("status") or {}).get("conditions"), "Ready")
+@dataclass(frozen=True)
+class ReadySource:
+    """The object whose condition says when the model's server became Ready: ``kind`` (``Pod``, else
+    ``Deployment``), its ``name`` and the condition's ``lastTransitionTime`` (``since``, whole seconds)."""
+
+    kind: str
+    name: str
+    since: datetime
+
+
+def ready_source(pod: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> ReadySource | None:
+    """The newest pod's ``Ready=True`` condition, else the Deployment's ``Available=True`` one; ``None`` when
+    neither says. The lifecycle clock decides whether to trust it
+    (``flexinfer.core.lifecycle_clock.observed_ready``), together with when the manager's watch showed that
+    object turn Ready (the manager's store keeps it by kind and name)."""
+    for kind, body, type_ in (("Pod", pod, "Ready"), ("Deployment", deployment, "Available")):
+        if body is None:
+            continue
+        since = _true_since((body.get("status") or {}).get("conditions"), type_)
         if since is not None:
-            return since
-    if deployment is not None:
-        return _true_since((deployment.get("status") or {}).get("conditions"), "Available")
+            return ReadySource(kind, str((body.get("metadata") or {}).get("name") or ""), since)
     return None
+
+
+def ready_since(pod: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None) -> datetime | None:
+    """When the model's server became Ready, as the cluster recorded it (``ready_source``'s ``since``)."""
+    source = ready_source(pod, deployment)
+    return source.since if source is not None else None
 
 
 def newest_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -3,7 +3,8 @@ gate) and the status inputs with the activation record.
 
 ``flexinfer.core.unit_plan`` calls, once per member and pass: ``plan_member`` (replicas to apply; whether this
 pass preempts the member), then, with the Deployment as stored and the newest pod's loading detail,
-``finish_member`` (phase, shared-group status and ``status.activation`` for ``build_status``).
+``finish_member`` (phase, shared-group status and ``status.activation`` for ``build_status``: opened when the
+model is scaled up, or when a Ready model with its replicas kept stops being Ready, ``restarting``).
 ``next_wakeup`` says when a timer must re-reconcile a unit (idle timeout, demand windows, the end of a Ready
 holder's hold, drain deadline, lease expiry, a wait marker crossing the starvation bound) so nothing is polled.
 ``activation_clock`` and ``STAGE_OF_SUBSTAGE`` serve the manager's lifecycle tracker
@@ -150,15 +151,27 @@ def swap_source(winner: Model, members: Iterable[tuple[str, SharedGroupStatus | 
     return best
 
 
+def restarting(model: Model, live: DeploymentFacts | None, replicas: int, phase: Phase) -> bool:
+    """The model was Ready and is not any more while its Deployment keeps its replicas: its server crashed (an
+    OOM kill, a failed health check) or its pod is being replaced (an eviction, a rollout). The way back to
+    Ready is a restart activation, decided when the manager first sees it (Go records one too, from the Ready
+    condition's flip)."""
+    kept = live is not None and live.replicas > 0 and replicas > 0
+    return kept and model.status.phase == phases.READY and phase in ("Pending", "Loading")
+
+
 def next_activation(inputs: MemberInputs, replicas: int, phase: Phase, now: datetime) -> ActivationStatus | None:
-    """Open an activation when the model is scaled up from zero (or from a not-running phase), keep it
-    until Ready, drop it when scaled back to zero."""
+    """Open an activation when the model is scaled up from zero (or from a not-running phase) or, with its
+    replicas kept, stops being Ready (``restarting``: decided now, no queue time); keep it until Ready, drop it
+    when scaled back to zero, preempted or Failed."""
     model, current = inputs.model, inputs.model.status.activation
     if replicas == 0 or phase in (phases.READY, phases.FAILED, phases.PREEMPTED):
         return None
     if current is not None:
         return current
     live = inputs.deployment
+    if restarting(model, live, replicas, phase):
+        return ActivationStatus(kind="cold_start", decided_at=now)
     if not (live is None or live.replicas == 0 or model.status.phase in (None, "Idle", "Preempted")):
         return None
     kind, decided, preempted = ("swap", inputs.swap[1], inputs.swap[0]) if inputs.swap else ("cold_start", now, None)

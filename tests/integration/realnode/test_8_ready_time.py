@@ -1,0 +1,174 @@
+"""Journey step 8: the manager's cold-start samples end when the pod turned Ready, to 50 ms, and a server that
+dies and is restarted in place is one more sample (issue #25, items 2 and 3).
+
+A pinned llama.cpp Model (`serverless.enabled: false`: the manager starts it at once and keeps its replica)
+cold-starts; this test watches the API itself (`ApiWatch`: Deployment, Pod and Model changes as they arrive) and
+reads the model server's own log (`kubectl logs --timestamps`: containerd's time of each line). Its truth for
+Ready is the arrival of the pod's `Ready` transition on this test's own watch (the kubelet writes it as the
+readiness probe passes); the manager's sample — `status.activation.decidedAt` plus the histogram's value — must
+end within 50 ms of it (it used to be the condition's whole second, off by up to 0.5 s, or the later reconcile
+that saw the Deployment). The server's own log brackets it: not before the line that says it serves, not later
+than the probe periods after that.
+
+Then the server is killed in its container (SIGTERM to PID 1; the kubelet restarts the container, the pod and
+its replica stay): the Model goes Ready → Loading → Ready, and the manager records one more cold-start sample,
+from the moment it saw the model go to the pod's Ready again (within 50 ms), its stages adding up to it. It used
+to record nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from flexinfer.core.manifests.deployment import READINESS_PROBE_PERIOD_S, STARTUP_PROBE_PERIOD_S
+from support.real_node import NAMESPACE, WEIGHTS_CLAIM, ApiWatch, RealNode, record, wait_for
+
+MODEL = "tiny-ready"
+MANIFEST = f"""
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: {MODEL}, namespace: {NAMESPACE}}}
+spec:
+  backend: llamacpp
+  source: pvc://{WEIGHTS_CLAIM}/tiny-a.gguf
+  serverless: {{enabled: false}}
+  resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
+"""
+TRUTH_S = 0.05
+"""How far the manager's Ready instant may be from the pod's Ready transition as this test's watch saw it."""
+PROBES_S = STARTUP_PROBE_PERIOD_S + READINESS_PROBE_PERIOD_S + 1.0
+"""Longest time from the server saying it serves to the kubelet's Ready: a startup probe period, a readiness
+period (the kubelet may wait one after the startup probe passes), and a second for the kubelet's status write."""
+SERVING_LINES = ("model loaded", "listening on", "server is listening", "Uvicorn running on")
+"""What a model server logs once it answers its health check (llama.cpp's llama-server; llama-cpp-python)."""
+COLD = "flexinfer_model_cold_start_duration_seconds"
+STAGE = "flexinfer_model_startup_stage_duration_seconds"
+
+
+@pytest.fixture(scope="module")
+def watch(node: RealNode, weights: str) -> Iterator[ApiWatch]:
+    """The test's own API watch, connected before the Model exists; the Model is deleted at the end."""
+    with ApiWatch(node) as api_watch:
+        yield api_watch
+    node.kubectl("delete", "mdl", MODEL, "-n", NAMESPACE, "--wait=true", "--timeout=120s", check=False)
+
+
+class WallClock:
+    """Turns ``ApiWatch``'s monotonic receipt times into wall-clock times (the manager's clock on this host)."""
+
+    def __init__(self) -> None:
+        self.offset = time.time() - time.monotonic()
+
+    def wall(self, monotonic: float) -> datetime:
+        return datetime.fromtimestamp(monotonic + self.offset, UTC)
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def ready_again(watch: ApiWatch, after: float) -> float | None:
+    """When this test's watch saw the pod turn Ready after ``after``: its first not-Ready change, then Ready."""
+    gone = watch.first(after, "Pod", MODEL, lambda pod: not pod_ready(pod))
+    return None if gone is None else watch.first(gone, "Pod", MODEL, pod_ready)
+
+
+def decided_after(watch: ApiWatch, after: float) -> datetime | None:
+    """``decidedAt`` of the first activation the Model's status showed after ``after`` (monotonic)."""
+    with watch.lock:
+        events = list(watch.events)
+    for at, kind, obj in events:
+        activation = (obj.get("status") or {}).get("activation") or {}
+        if at >= after and kind == "Model" and obj["metadata"]["name"] == MODEL and activation.get("decidedAt"):
+            return datetime.fromisoformat(activation["decidedAt"])
+    return None
+
+
+def phase(node: RealNode) -> str | None:
+    value: str | None = node.get("mdl", MODEL, "-n", NAMESPACE).get("status", {}).get("phase")
+    return value
+
+
+def the_pod(node: RealNode) -> dict[str, Any]:
+    items: list[dict[str, Any]] = node.get("pods", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={MODEL}")["items"]
+    assert len(items) == 1, [p["metadata"]["name"] for p in items]
+    return items[0]
+
+
+def serving_since(node: RealNode, pod: str) -> datetime:
+    """When the model server's current container logged that it serves (containerd's timestamp of the line)."""
+    lines = node.kubectl("logs", pod, "-c", "model", "-n", NAMESPACE, "--timestamps").stdout.splitlines()
+    stamps = [line.split(" ", 1)[0] for line in lines if any(word in line for word in SERVING_LINES)]
+    assert stamps, f"the model server never said it serves; its log ends: {lines[-10:]}"
+    return datetime.fromisoformat(stamps[0])
+
+
+def manager_samples(node: RealNode) -> dict[tuple[str, str], float]:
+    """``(sample name, stage or "")`` → value for MODEL, from the manager pod's /metrics (the host reaches pods)."""
+    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {(s.name, s.labels.get("stage", "")): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.labels.get("model") == MODEL and "le" not in s.labels}
+
+
+def sample_count(node: RealNode) -> float:
+    return manager_samples(node).get((f"{COLD}_count", ""), 0.0)
+
+
+def test_a_cold_start_ends_within_50ms_of_the_pod_turning_ready(node: RealNode, watch: ApiWatch) -> None:
+    clock, began = WallClock(), time.monotonic()
+    node.apply(MANIFEST)
+    wait_for(lambda: phase(node) == "Ready", 240, f"{MODEL} Ready")
+    wait_for(lambda: sample_count(node) == 1, 30, "the manager's cold-start sample")
+    decided = decided_after(watch, began)
+    ready_seen = ready_again(watch, began)  # the pod is created not Ready
+    assert decided is not None and ready_seen is not None
+    truth = clock.wall(ready_seen)
+    took = manager_samples(node)[(f"{COLD}_sum", "")]
+    ready = decided + timedelta(seconds=took)
+    record("cold start decision -> pod Ready (watched)", (truth - decided).total_seconds())
+    record("cold start: manager's Ready - watched Ready (ms)", (ready - truth).total_seconds() * 1000)
+    assert abs((ready - truth).total_seconds()) <= TRUTH_S, (ready, truth)
+    serving = serving_since(node, the_pod(node)["metadata"]["name"])
+    slack = timedelta(seconds=TRUTH_S)  # containerd stamps a line when it reads it from the server's pipe
+    assert serving - slack <= ready <= serving + timedelta(seconds=PROBES_S), (serving, ready)
+
+
+def test_a_server_killed_and_restarted_in_place_is_one_more_cold_start_sample(node: RealNode,
+                                                                              watch: ApiWatch) -> None:
+    if sample_count(node) != 1:  # this test alone: the cold start first
+        node.apply(MANIFEST)
+        wait_for(lambda: phase(node) == "Ready" and sample_count(node) == 1, 240, f"{MODEL} Ready, one sample")
+    before = manager_samples(node)
+    pod = the_pod(node)
+    name, restarts = pod["metadata"]["name"], pod["status"]["containerStatuses"][0]["restartCount"]
+    clock, killed = WallClock(), time.monotonic()
+    node.kubectl("exec", name, "-c", "model", "-n", NAMESPACE, "--", "sh", "-c", "kill -TERM 1")
+    wait_for(lambda: sample_count(node) == 2, 120, "a second cold-start sample after the restart")
+
+    after = the_pod(node)
+    assert after["metadata"]["name"] == name, "restarted in place: the same pod, its replica kept"
+    assert after["status"]["containerStatuses"][0]["restartCount"] == restarts + 1
+    decided = decided_after(watch, killed)
+    ready_seen = ready_again(watch, killed)
+    assert decided is not None and ready_seen is not None
+    assert clock.wall(killed) <= decided <= clock.wall(killed) + timedelta(seconds=10), "decided as it was seen"
+    samples = manager_samples(node)
+    took = samples[(f"{COLD}_sum", "")] - before[(f"{COLD}_sum", "")]
+    ready, truth = decided + timedelta(seconds=took), clock.wall(ready_seen)
+    record("restart: seen going -> pod Ready (watched)", (truth - decided).total_seconds())
+    record("restart: manager's Ready - watched Ready (ms)", (ready - truth).total_seconds() * 1000)
+    assert abs((ready - truth).total_seconds()) <= TRUTH_S, (ready, truth)
+    stages = {stage: value - before.get((name_, stage), 0.0) for (name_, stage), value in samples.items()
+              if name_ == f"{STAGE}_sum"}
+    assert sum(stages.values()) == pytest.approx(took, abs=0.002), stages
+    serving = serving_since(node, name)
+    assert serving - timedelta(seconds=TRUTH_S) <= ready <= serving + timedelta(seconds=PROBES_S), (serving, ready)
