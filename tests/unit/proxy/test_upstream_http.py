@@ -389,5 +389,5 @@ async def test_a_server_that_went_away_leaves_nothing_in_the_pool() -> None:
                 assert answers == [(200, b"{}")] * 2
                 assert pool.held() == 2
                 stop.set()
-                await eventually(lambda: pool.held() == 0 and not pool.servers(), 5)
+                await eventually(lambda pool=pool: pool.held() == 0 and not pool.servers(), 5)
         await pool.close()
