@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from dotenv.parser import parse_stream
-
 Environment = Mapping[str, str]
 log = logging.getLogger("flexinfer.settings")
 
@@ -36,6 +34,8 @@ def read_env_file(path: str | Path) -> dict[str, str]:
     ``export``, single/double quotes with escapes, multi-line quoted values). Strict where python-dotenv only
     logs: a line that is not ``KEY=VALUE`` is a ``ValueError`` naming ``path:line``. ``${VAR}`` is kept
     literally (no interpolation), so a rendering never depends on the caller's shell."""
+    from dotenv.parser import parse_stream  # only ``render --env-file`` reads a file; keeps CLI start-up light
+
     values: dict[str, str] = {}
     with Path(path).open(encoding="utf-8") as stream:
         for binding in parse_stream(stream):

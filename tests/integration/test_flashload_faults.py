@@ -218,10 +218,14 @@ def test_hugging_face_cache_on_the_model_volume_via_cli(tmp_path: Path) -> None:
 
 
 def test_nothing_selected_from_a_non_empty_source_fails_via_cli(tmp_path: Path) -> None:
-    snapshot = write_hf_snapshot(tmp_path / "hub", "org/tiny", "abc123", {"config.json": b"{}"})
+    snapshot = write_hf_snapshot(tmp_path / "hub", "org/tiny", "abc123", {})
+    snapshot.mkdir(parents=True)
+    (tmp_path / "elsewhere.json").write_bytes(b"{}")
+    (snapshot / "config.json").symlink_to("../../../../elsewhere.json")  # leaves the repository folder
     result = flash_load("--src", str(snapshot), "--dst", str(tmp_path / "dst"))
     assert_one_line_error(result, "nothing to stage")
-    assert "config.json: symlink to ../../blobs/" in result.stderr and "outside the source root" in result.stderr
+    assert ("config.json: symlink to ../../../../elsewhere.json outside the source root and its Hugging Face "
+            "repository folder") in result.stderr
     only_git = tmp_path / "git"
     (only_git / ".git").mkdir(parents=True)
     (only_git / ".git" / "HEAD").write_bytes(b"ref")

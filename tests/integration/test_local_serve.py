@@ -1,6 +1,6 @@
 """``flexinfer serve`` end to end, as a real process.
 
-- Two tiny GGUF models served by llama-cpp-python (``python -m llama_cpp.server``) share one GPU group; the
+- Two tiny GGUF models served by llama.cpp's ``llama-server`` share one GPU group; the
   official ``openai`` client alternates plain and streaming chats between them; swaps happen, every request
   succeeds, and the cold-start/swap histograms hold one sample per activation/swap.
 - 200 concurrent requests over 3 models in one group (the scripted fake server): every request is answered
@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from support.llama_server import TINY_ARGS, needs_llama_server
 from support.local_serve import (
     ServeProcess,
     fake_server_command,
@@ -68,18 +68,13 @@ def serve_factory(tmp_path: Path) -> Iterator:
 # ---------------------------------------------------------------- llama.cpp, openai client
 
 
-needs_llama = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None,
-    reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)")
-
-
-@needs_llama
+@needs_llama_server
 def test_two_tiny_gguf_models_swap_behind_the_openai_api(serve_factory, tmp_path: Path) -> None:
     from openai import OpenAI
 
     from support.tiny_gguf import write_tiny_gguf
 
-    args = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    args = {"args": TINY_ARGS}
     docs = [model_manifest(name, write_tiny_gguf(tmp_path / name / "model.gguf", seed=seed), "tiny", args)
             for seed, name in enumerate(["tiny-a", "tiny-b"])]
     serve = serve_factory(docs)

@@ -1,17 +1,17 @@
-"""Parallel streams to one llama.cpp model through ``flexinfer serve`` all finish (a real llama-cpp-python
-server with a tiny GGUF model).
+"""Parallel streams to one llama.cpp model through ``flexinfer serve`` all finish (the real ``llama-server``
+with a tiny GGUF model, two slots).
 
-``python -m llama_cpp.server`` runs one request at a time and, by default, lets a new request interrupt the
-running stream (which then ends with ``[DONE]`` but no ``finish_reason``). The llamacpp profile turns that
-off and the proxy admits one request per slot (queueing the rest), so every stream must end with a
-``finish_reason``. The llama-server and vLLM profiles are covered where their commands are built
-(``tests/unit/local/test_launch_profiles.py``, ``tests/unit/core/test_manifests.py``).
+The server is started with ``--parallel 2`` (``spec.config.parallel``) and the proxy admits two requests at a
+time (queueing the rest), so four overlapping streams run two by two in the server's real slots; every one
+must end with a ``finish_reason`` and ``[DONE]``, and the server must have run two at once. The
+``python -m llama_cpp.server`` profile (one request at a time, ``--interrupt_requests False``) and vLLM's
+are covered where their commands are built (``tests/unit/local/test_launch_profiles.py``,
+``tests/unit/core/test_manifests.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,13 +19,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from support.llama_server import TINY_ARGS, needs_llama_server
 from support.local_serve import ServeProcess, model_manifest, serve_env, write_manifests
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)"),
-]
+pytestmark = [pytest.mark.integration, needs_llama_server]
 STREAMS = 4
 
 
@@ -33,7 +30,7 @@ STREAMS = 4
 def serve(tmp_path: Path) -> Iterator[ServeProcess]:
     from support.tiny_gguf import write_tiny_gguf
 
-    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    config = {"args": TINY_ARGS, "parallel": 2}
     doc = model_manifest("tiny", write_tiny_gguf(tmp_path / "tiny.gguf"), None, config)
     manifests = write_manifests(tmp_path / "models" / "models.yaml", [doc])
     process = ServeProcess.start(manifests.parent, serve_env(tmp_path / "state"))
@@ -66,3 +63,7 @@ async def test_parallel_streams_all_end_with_a_finish_reason(serve: ServeProcess
         reasons = [c["choices"][0].get("finish_reason") for c in chunks[:-1] if c.get("choices")]
         assert reasons and reasons[-1] is not None, f"stream truncated without a finish_reason: {chunks[-3:]}"
     assert "Traceback" not in serve.log, serve.log
+    async with aiohttp.ClientSession() as session, session.get(serve.url + "/admin/logs/tiny?tail=5000") as response:
+        lines = (await response.json())["lines"]
+    slots = {line.split("| task")[0].split("id")[-1].strip() for line in lines if "processing task" in line}
+    assert slots == {"0", "1"}, "the server's two slots did not both serve"

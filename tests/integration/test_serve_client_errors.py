@@ -1,45 +1,46 @@
 """Client mistakes and failed streams through a real ``flexinfer serve`` in front of a real llama.cpp model
-server (``python -m llama_cpp.server``, a tiny generated model), as issue 23 found them: every answer is an
-OpenAI error a client can act on, never a 500 for the client's own mistake and never an empty 200 stream.
+server (a tiny generated model), as issue 23 found them: every answer is an OpenAI error a client can act on,
+never a 500 for the client's own mistake and never an empty 200 stream.
 
-llama.cpp's Python server answers a stream it cannot serve (a prompt over the context window, a lone surrogate)
-with ``200 text/event-stream`` and no event at all; the proxy turns that into an SSE error event (or a 502
-when nothing was sent yet). Its 500s carrying FastAPI validation text become 400s; the proxy's own checks
-answer wrong parameter types, negative counts and lone surrogates before the model sees them."""
+Most cases run llama-cpp-python's server, chosen explicitly (``spec.config.llamacppServer: python``): it
+answers a stream it cannot serve (a prompt over the context window, a lone surrogate) with ``200
+text/event-stream`` and no event at all; the proxy turns that into an SSE error event (or a 502 when nothing
+was sent yet). Its 500s carrying FastAPI validation text become 400s; the proxy's own checks answer wrong
+parameter types, negative counts and lone surrogates before the model sees them. llama.cpp's own
+``llama-server`` (the default) refuses the same overflowing stream with a 400 before any event, which the
+client gets as it is."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from email.message import Message
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
+from support.llama_server import PYTHON_SERVER, TINY_ARGS, needs_llama_server, needs_python_server
 from support.local_serve import ServeProcess, model_manifest, serve_env, write_manifests
 from support.raw_http import raw_exchange
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)"),
-]
+pytestmark = pytest.mark.integration
 MESSAGES = [{"role": "user", "content": "hi"}]
 OVERFLOW = [{"role": "user", "content": "hello world " * 400}]  # ~4,800 tokens for a 512-token context
 
 
 @contextlib.contextmanager
-def _serve(tmp_path: Path) -> Iterator[ServeProcess]:
-    """``serve`` with one llama.cpp model, ``tiny`` (512-token context); its log must hold no traceback."""
+def _serve(tmp_path: Path, config: dict[str, Any] = PYTHON_SERVER) -> Iterator[ServeProcess]:
+    """``serve`` with one llama.cpp model, ``tiny`` (512-token context; llama-cpp-python's server unless
+    ``config`` says otherwise); its log must hold no traceback."""
     from support.tiny_gguf import write_tiny_gguf
 
     weights = write_tiny_gguf(tmp_path / "tiny" / "model.gguf", seed=0)
-    doc = model_manifest("tiny", weights, config={"args": ["--n_ctx", "512", "--n_threads", "1"]})
+    doc = model_manifest("tiny", weights, config=config)
     process = ServeProcess.start(write_manifests(tmp_path / "m" / "m.yaml", [doc]).parent,
                                  serve_env(tmp_path / "state"))
     try:
@@ -65,6 +66,7 @@ def _events(body: str) -> list[str]:
     return [block.removeprefix("data: ") for block in body.split("\n\n") if block.startswith("data: ")]
 
 
+@needs_python_server
 def test_a_stream_the_model_server_fails_ends_with_an_error_event(tmp_path: Path) -> None:
     """The first request finds the model cold: the proxy's 200 and loading comments go out before the model
     server fails the stream after its own 200; the client must still learn that it failed. Once the model is
@@ -119,6 +121,19 @@ UNPARSEABLE = {  # raw bytes → the status
 }
 
 
+@needs_llama_server
+def test_llama_server_refuses_an_overflowing_stream_with_a_400(tmp_path: Path) -> None:
+    with _serve(tmp_path, {"args": TINY_ARGS}) as serve:
+        client = openai.OpenAI(base_url=serve.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        assert client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2).choices  # Ready
+        for stream in (True, False):
+            with pytest.raises(openai.BadRequestError) as refused:  # a streamed one: before any chunk
+                list(client.chat.completions.create(model="tiny", messages=OVERFLOW, max_tokens=4, stream=True)
+                     ) if stream else client.chat.completions.create(model="tiny", messages=OVERFLOW, max_tokens=4)
+            assert "exceeds the available context size" in refused.value.body["message"]  # type: ignore[index]
+
+
+@needs_python_server
 def test_client_mistakes_are_openai_400s_with_a_clean_message(tmp_path: Path) -> None:
     with _serve(tmp_path) as serve:
         for case, (body, headers, param, words) in MISTAKES.items():

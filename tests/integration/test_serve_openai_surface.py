@@ -4,14 +4,15 @@ relayed without internals, and malformed HTTP answered 400 with one log line (no
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
+from support.llama_server import PYTHON_SERVER, TINY_ARGS, needs_llama_server, needs_python_server
 from support.local_serve import ServeProcess, fake_server_command, model_manifest, serve_env, write_manifests
 from support.raw_http import raw_exchange
 
@@ -62,15 +63,19 @@ def test_openai_surface_of_a_running_serve(tmp_path: Path) -> None:
     assert serve.log.count("rejected a malformed request") == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)")
-def test_llama_cpp_model_accepts_any_client_request_id_and_unknown_model_routes(tmp_path: Path) -> None:
-    """llama.cpp's server answers 400 with an empty body to a non-UUID request id, and 404 with FastAPI's
-    ``{"detail": ...}`` to an unknown path: through the proxy both are fine for the official client."""
+@pytest.mark.parametrize(("config", "not_found"), [
+    pytest.param({"args": TINY_ARGS}, "File Not Found", marks=needs_llama_server, id="llama-server"),
+    pytest.param(PYTHON_SERVER, "model server answered 404", marks=needs_python_server, id="python"),
+])
+def test_llama_cpp_model_accepts_any_client_request_id_and_unknown_model_routes(
+        tmp_path: Path, config: dict[str, Any], not_found: str) -> None:
+    """llama.cpp's Python server answers 400 with an empty body to a non-UUID request id, and 404 with
+    FastAPI's ``{"detail": ...}`` to an unknown path; ``llama-server`` answers 404 with its own error body:
+    through the proxy all of them are fine for the official client."""
     from support.tiny_gguf import write_tiny_gguf
 
     weights = write_tiny_gguf(tmp_path / "tiny" / "model.gguf", seed=0)
-    doc = model_manifest("tiny", weights, config={"args": ["--n_ctx", "512", "--n_threads", "1"]})
+    doc = model_manifest("tiny", weights, config=config)
     serve = ServeProcess.start(write_manifests(tmp_path / "m" / "m.yaml", [doc]).parent,
                                serve_env(tmp_path / "state"))
     try:
@@ -84,7 +89,7 @@ def test_llama_cpp_model_accepts_any_client_request_id_and_unknown_model_routes(
             assert used == rid if rid.count("-") == 4 else str(uuid.UUID(used)) == used
         with pytest.raises(openai.NotFoundError) as caught:
             client.post("/nothing/here", cast_to=object, body={"model": "tiny"})
-        assert caught.value.body["message"].startswith("model server answered 404")  # type: ignore[index]
+        assert caught.value.body["message"].startswith(not_found)  # type: ignore[index]
     finally:
         serve.stop()
     assert "Traceback" not in serve.log

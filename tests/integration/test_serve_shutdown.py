@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from support.llama_server import PYTHON_SERVER, TINY_ARGS, needs_llama_server, needs_python_server
 from support.local_processes import STUB, alive
 from support.local_serve import ServeProcess, fake_server_command, model_manifest, serve_env, write_manifests
 
@@ -162,13 +162,17 @@ async def test_abandoned_streams_do_not_hold_the_shutdown(serve_in, tmp_path) ->
     await wait_dead([pid], 5)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
-async def test_streams_abandoned_at_a_real_llama_cpp_server_do_not_hold_the_shutdown(serve_in, tmp_path) -> None:
-    """llama-cpp-python keeps generating for a client that is gone and, on SIGTERM, waits for it: serve
-    must not wait the whole stop grace (10 s) for work nobody will read."""
+@pytest.mark.parametrize("config", [
+    pytest.param({"args": TINY_ARGS}, marks=needs_llama_server, id="llama-server"),
+    pytest.param(PYTHON_SERVER, marks=needs_python_server, id="python"),
+])
+async def test_streams_abandoned_at_a_real_llama_cpp_server_do_not_hold_the_shutdown(serve_in, tmp_path,
+                                                                                     config) -> None:
+    """llama-cpp-python keeps generating for a client that is gone and, on SIGTERM, waits for it; llama-server
+    saves its slots' prompt caches when it is stopped: serve must not wait the whole stop grace (10 s) for
+    work nobody will read."""
     from support.tiny_gguf import write_tiny_gguf
 
-    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
     serve = serve_in([model_manifest("tiny", write_tiny_gguf(tmp_path / "tiny.gguf"), None, config)])
     pid = load(serve.url, "tiny")
     body = {"model": "tiny", "stream": True, "max_tokens": 400, "logit_bias": {"2": -100},

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import time
@@ -26,14 +25,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from support.llama_server import needs_llama_server
 from support.local_serve import ServeProcess, serve_env
 from support.storm import STORM_MODELS, Storm, plan_storm, run_storm, storm_manifests
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="llama-cpp-python not installed (run: hack/build-llamacpp --install .venv/bin/python)"),
-]
+pytestmark = [pytest.mark.integration, needs_llama_server]
 
 MIN_HOLD, MAX_WAIT, BUDGET = 2.0, 8.0, 25.0
 SLACK = 1.0

@@ -16,11 +16,12 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.helm_chart import CHART_DIR, pinned_helm
 from support.kube_testbed import HACK_DIR, KubeTestbedError, run_kubectl
 from support.tiny_gguf import write_tiny_gguf
 
@@ -32,7 +33,8 @@ WEIGHTS_CLAIM = "tiny-weights"
 NODE_TIMEOUT_S = 300.0
 IMAGE_TIMEOUT_S = 45 * 60.0
 LLAMACPP_IMAGE = "localhost/flexinfer/llamacpp-server:0.3.36"
-"""The CPU model-server image ``hack/build-images llamacpp`` builds (tag = the pinned llama-cpp-python)."""
+"""The CPU model-server image ``hack/build-images llamacpp`` builds: llama.cpp's ``llama-server`` (tag = the
+pinned llama-cpp-python sdist it is built from)."""
 IMAGE_VALUES = (
     f"controller.runtime.backendImages.llamacpp={LLAMACPP_IMAGE}",
     "controller.runtime.modelImagePullPolicy=IfNotPresent",
@@ -149,6 +151,15 @@ def wait_for(probe: Callable[[], Any], timeout: float, what: str, interval: floa
     raise AssertionError(f"timed out after {timeout}s waiting for {what}: last={last!r}")
 
 
+def install_chart(node: RealNode, *values: str) -> None:
+    """``helm upgrade --install`` of the chart as RELEASE in NAMESPACE with ``IMAGE_VALUES`` and ``values``
+    (``key=value`` each; the chart's defaults for the rest), waiting until the manager and the proxy are Ready."""
+    helm = pinned_helm(node.state_dir / "bench-helm").with_kubeconfig(node.kubeconfig)
+    sets = [arg for value in (*IMAGE_VALUES, *values) for arg in ("--set", value)]
+    helm.run("upgrade", "--install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace", *sets,
+             "--wait", "--timeout", "300s", timeout=330)
+
+
 WEIGHTS_MANIFEST = """
 apiVersion: v1
 kind: PersistentVolume
@@ -172,12 +183,13 @@ spec:
 
 
 
-def create_weights(node: RealNode) -> str:
-    """tiny-a.gguf and tiny-b.gguf on a hostPath PV under the node's state dir, bound to WEIGHTS_CLAIM."""
+def create_weights(node: RealNode, names: Sequence[str] = ("tiny-a", "tiny-b")) -> str:
+    """``<name>.gguf`` for each of ``names`` (default tiny-a.gguf and tiny-b.gguf) on a hostPath PV under the
+    node's state dir, bound to WEIGHTS_CLAIM."""
     path = node.state_dir / "weights"
     path.mkdir(exist_ok=True)
     path.chmod(0o755)  # model servers and the flash-loader run as uid 65532
-    for seed, name in enumerate(("tiny-a", "tiny-b"), start=1):
+    for seed, name in enumerate(names, start=1):
         write_tiny_gguf(path / f"{name}.gguf", seed=seed).chmod(0o644)
     node.apply(WEIGHTS_MANIFEST.format(claim=WEIGHTS_CLAIM, path=path, namespace=NAMESPACE))
     wait_for(lambda: node.get("pvc", WEIGHTS_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
@@ -185,8 +197,13 @@ def create_weights(node: RealNode) -> str:
     return WEIGHTS_CLAIM
 
 
-def shared_models_manifest() -> str:
-    """tiny-a (priority 100) and tiny-b (priority 200): llama.cpp Models in one shared group on amd.com/gpu."""
+SHARED_PAIR = {"tiny-a": 100, "tiny-b": 200}
+SERVERLESS = "{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}"
+
+
+def shared_models_manifest(priorities: Mapping[str, int] = SHARED_PAIR, serverless: str = SERVERLESS) -> str:
+    """llama.cpp Models (name → priority; default tiny-a 100 and tiny-b 200) in one shared group on amd.com/gpu,
+    weights ``<name>.gguf`` on WEIGHTS_CLAIM (``create_weights``), with ``serverless`` as their spec.serverless."""
     return "".join(f"""
 ---
 apiVersion: ai.flexinfer/v1alpha2
@@ -196,10 +213,10 @@ spec:
   backend: llamacpp
   source: pvc://{WEIGHTS_CLAIM}/{name}.gguf
   gpu: {{vendor: amd, shared: {SHARED_GROUP}, priority: {priority}}}
-  serverless: {{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}}
+  serverless: {serverless}
   cache: {{compilationCache: {{enabled: false}}}}
   resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
-""" for name, priority in (("tiny-a", 100), ("tiny-b", 200)))
+""" for name, priority in priorities.items())
 
 
 WATCH_WINDOW_S = 2

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import openai
 
+from support.llama_server import TINY_ARGS
 from support.local_serve import model_manifest, write_manifests
 from support.tiny_gguf import write_tiny_gguf
 
@@ -79,9 +80,9 @@ class Storm:
 
 
 def storm_manifests(workdir: Path) -> Path:
-    """Write the ``STORM_MODELS`` (tiny llama.cpp models, generated weights, one thread each) into one group;
-    returns the manifest directory for ``flexinfer serve -f``."""
-    config = {"args": ["--n_ctx", "512", "--n_threads", "1"]}
+    """Write the ``STORM_MODELS`` (tiny llama.cpp models served by ``llama-server``, generated weights, one thread
+    each) into one group; returns the manifest directory for ``flexinfer serve -f``."""
+    config = {"args": TINY_ARGS}
     documents = []
     for i, (name, priority) in enumerate(STORM_MODELS.items()):
         doc = model_manifest(name, write_tiny_gguf(workdir / f"{name}.gguf", seed=i), "gpu0", config)

@@ -191,7 +191,8 @@ def _proxy_app(config: ProxyConfig, catalog: ManifestCatalog, metrics: ProxyMetr
     """The proxy application over the dispatcher, plus the admin API routes and the status page."""
     app = create_app(config, dispatcher, catalog, registry=registry, metrics=metrics, tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
-                     token=config.auth_token if config.auth_enabled else "", config=reloader.status.as_json)
+                     token=config.auth_token if config.auth_enabled else "", config=reloader.status.as_json,
+                     memory=engine.memory)
     app.router.add_routes(admin.routes())
     auth = BearerAuth(config.auth_token if config.auth_enabled else None)
     install(app, StatusPage(dispatcher.snapshot, activity, auth, "local", logs=engine.logs.tail))
@@ -199,13 +200,15 @@ def _proxy_app(config: ProxyConfig, catalog: ManifestCatalog, metrics: ProxyMetr
 
 
 def _applier(dispatcher: Dispatcher, catalog: ManifestCatalog, metrics: ProxyMetrics,
-             flash: FlashSettings) -> Callable[[list[Model], list[ModelCache]], Awaitable[None]]:
-    """Apply a reloaded model set: the ModelCaches first (a model started from now on stages with them), then
-    the dispatcher declares the models (an added model is known before the catalog routes to it), then the
-    proxy metrics and the catalog follow (a removed model answers 404 from then on)."""
+             flash: FlashSettings, engine: LocalEngine) -> Callable[[list[Model], list[ModelCache]], Awaitable[None]]:
+    """Apply a reloaded model set: the ModelCaches first (a model started from now on stages with them), the
+    engine drops the prompt caches of removed models (and saves none when they stop), then the dispatcher
+    declares the models (an added model is known before the catalog routes to it), then the proxy metrics and
+    the catalog follow (a removed model answers 404 from then on)."""
 
     async def apply(models: list[Model], caches: list[ModelCache]) -> None:
         flash.replace_caches(caches)
+        engine.prune({m.key for m in models})
         await dispatcher.replace_models(models)
         metrics.declare_models(m.key for m in models)
         catalog.replace(models)
@@ -242,13 +245,14 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage,
                          flash=flash)
     engine.reap_leftovers()
+    engine.prune({m.key for m in models})
     activity = ActivityLog()
     lifecycle_log = LifecycleLog()
     dispatcher = Dispatcher(engine, models, policy=local.policy,
                             observer=_observer(registry, tracing, activity, lifecycle_log))
     catalog = ManifestCatalog(models, dispatcher.phase)
     metrics = ProxyMetrics(registry, [m.key for m in models])
-    reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics, flash), caches=caches,
+    reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics, flash, engine), caches=caches,
                                 installed=installed, base_dir=local.engine.base_dir,
                                 interval=watch_interval or DEFAULT_WATCH_INTERVAL)
     app = _proxy_app(proxy_cfg, catalog, metrics, dispatcher, engine, reloader=reloader, registry=registry,

@@ -79,8 +79,18 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
               "else the model name) and `{python}` (FlexInfer's Python). Example: "
               "`[\"llama-server\", \"--port\", \"{port}\", \"-m\", \"{model_path}\"]`. Kubernetes uses the "
               "backend's image and arguments instead."),
-    ConfigKey("args", "list of strings", "`[]`", LOCAL,
-              "Extra arguments appended to the launch profile's command (ignored with `command`)."),
+    ConfigKey("args", "list of strings", "`[]`", BOTH,
+              "Extra arguments of the model server, after FlexInfer's own, so they win where the server takes "
+              "the last value: appended to the launch profile's command locally (ignored with `command`) and "
+              "to the container's args in Kubernetes. For `llama-server`, e.g. `[\"--ctx-size\", \"8192\", "
+              "\"--threads\", \"8\"]` (its context comes from here: 0, the default, takes the model's own)."),
+    ConfigKey("llamacppServer", "`llama-server` \\| `python`", "`llama-server`", LOCAL,
+              "Which server runs a `llamacpp` model: llama.cpp's `llama-server` (on `PATH`), or `python`: "
+              "llama-cpp-python's `python -m llama_cpp.server` (`pip install 'flexinfer[llamacpp]'`), never "
+              "picked on its own. Choose `python` where no `llama-server` binary can be built or installed "
+              "but a llama-cpp-python wheel can, or for its own options (`--chat_format`, `--n_ctx`-style "
+              "flags in `args`); it runs one request at a time, has no slot prompt cache and no memory "
+              "figures. Kubernetes runs the backend's image."),
     ConfigKey("env", "map of strings", "`{}`", LOCAL, "Extra environment variables of the model server process."),
     ConfigKey("healthPath", "string", "`/v1/models`", LOCAL,
               "Readiness path polled on the server with `command` (the launch profiles know their own)."),
@@ -94,6 +104,13 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
               "no limit for vLLM and `command`", BOTH,
               "How many requests the model server runs at once. The server is told (`llama-server --parallel`, "
               "vLLM `--max-num-seqs`) and the proxy forwards at most this many to it; the rest wait in the queue."),
+    ConfigKey("promptCache", "boolean", "`true`", LOCAL,
+              "Keep a `llama-server`'s prompt caches across a stop (swap, idle, unload, shutdown): its slots are "
+              "saved before it stops and restored when it starts again, before it takes requests, so a prompt "
+              "sent again is not prefilled again (`docs/user/prompt-cache.md`). `false` turns it off."),
+    ConfigKey("promptCacheMaxSize", "quantity", "`2Gi`", LOCAL,
+              "The most a model's saved prompt caches may take (slot files beyond it are not kept); they live "
+              "beside the staged weights (tmpfs) or under `FLEXINFER_STATE_DIR`."),
     ConfigKey("runtimeProfile", "string", "by `spec.gpu.vendor`", KUBE,
               "Runtime profile (image flavour, device resources, environment) by name, e.g. `gfx1100`."),
     ConfigKey("warmPolicy", "string", "unset", KUBE,

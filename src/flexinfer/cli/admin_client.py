@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from flexinfer.api.errors import FlexInferError
@@ -36,6 +34,9 @@ def post_json(args: argparse.Namespace, path: str, query: dict[str, str] | None 
 
 def call_json(args: argparse.Namespace, method: str, path: str, query: dict[str, str] | None = None) -> Any:
     """One admin API call; the decoded JSON body (``FlexInferError`` with the server's message otherwise)."""
+    import urllib.error  # with urllib.request: for a call, not for ``--help`` or completion
+    import urllib.request
+
     url = base_url(args.url) + path + ("?" + urllib.parse.urlencode(query) if query else "")
     token = args.token if args.token is not None else environment().get("PROXY_AUTH_TOKEN", "")
     request = urllib.request.Request(url, method=method,

@@ -15,8 +15,6 @@ import argparse
 import sys
 from typing import Any
 
-from argcomplete.shell_integration import shellcode
-
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -30,5 +28,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from argcomplete.shell_integration import shellcode
+
     sys.stdout.write(shellcode(["flexinfer"], shell=args.shell))
     return 0

@@ -10,7 +10,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from flexinfer.api.crds import crd_files
 from flexinfer.core.errors import ConfigError
 
 DEFAULT_OUT = "charts/flexinfer/crds"
@@ -28,6 +27,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def stale_files(out: Path) -> list[str]:
     """Names of generated files missing from ``out`` or different from the generator's output."""
+    from flexinfer.api.crds import crd_files
+
     stale = []
     for name, text in crd_files().items():
         path = out / name
@@ -37,6 +38,8 @@ def stale_files(out: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from flexinfer.api.crds import crd_files  # every resource type's schema: built only for this command
+
     out = Path(args.out)
     if args.check:
         stale = stale_files(out)

@@ -8,21 +8,18 @@ stdout, per-file failures on stderr, and exits 1 on any failure (errors never sh
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexinfer.cli.arguments import byte_quantity, int_at_least
 from flexinfer.flashloader import config
-from flexinfer.flashloader.progress import make_progress
-from flexinfer.flashloader.report import StageReport
-from flexinfer.flashloader.staging import stage
 from flexinfer.settings import environment
 
+if TYPE_CHECKING:
+    from flexinfer.flashloader.report import StageReport
+
 MAX_LISTED = 20
-
-
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -74,6 +71,11 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Stage, print the summary, return 0 only when every file is in place."""
+    import asyncio  # the copier: imported to stage, not to build the parser
+
+    from flexinfer.flashloader.progress import make_progress
+    from flexinfer.flashloader.staging import stage
+
     request = config.from_env({**environment(), **overrides(args)})
     settings = request.settings
     if args.chunk_mib:
@@ -96,10 +98,11 @@ def print_report(report: StageReport) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m flexinfer.cli.flash_load``: the same command without loading every other subcommand.
+    """``python -m flexinfer.cli.flash_load``: the same command, parsed without discovering the others.
 
-    Interpreter start-up of the full ``flexinfer`` entry point imports all subcommands (aiohttp, kopf,
-    OpenTelemetry, …); an init container only needs this one.
+    ``flexinfer flash-load`` imports no other subcommand either (``flexinfer.cli.main`` builds only the
+    requested parser, and no subcommand imports its implementation before it runs); this entry point only
+    skips the discovery of the package's modules.
     """
     from flexinfer.cli.main import report
     from flexinfer.core.errors import FlexInferError

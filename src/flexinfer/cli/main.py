@@ -5,6 +5,11 @@ Each module in ``flexinfer.cli`` that defines ``add_parser(subparsers)`` and ``r
 subcommand. Errors: ``FlexInferError`` → its message (one line per problem) on stderr, exit 1;
 Ctrl-C → exit 130. Never a traceback for expected failures. Shell completion (``flexinfer completion``) is
 answered here, from the full parser, when argcomplete calls back.
+
+Start-up stays short (``--version``, ``ps``, ``load`` … in about 0.1 s, docs/performance.md "CLI start-up";
+``tests/unit/cli/test_cli_imports.py`` checks what they import): a subcommand module imports at its top only
+what its parser needs and its implementation (the engines, aiohttp, kopf, rich, the pydantic models) inside
+``run``; argcomplete is imported only when the shell asks for completions.
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
-
-import argcomplete
 
 import flexinfer
 import flexinfer.cli as cli_package
@@ -71,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     completing = argv is None and "_ARGCOMPLETE" in environment()
     parser = build_parser(None if completing else _requested_command(arguments))
     if completing:
+        import argcomplete
+
         argcomplete.autocomplete(parser)  # answers the shell and exits
     args = parser.parse_args(arguments)
     if getattr(args, "handler", None) is None:

@@ -7,12 +7,9 @@ Flags override ``METRICS_BIND_ADDRESS``, ``HEALTH_PROBE_BIND_ADDRESS`` and ``LEA
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
-from flexinfer.assembly.manager import run_manager
 from flexinfer.cli.arguments import add_log_arguments, start_logging
-from flexinfer.manager.config import manager_config
 from flexinfer.settings import environment
 
 
@@ -35,6 +32,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio  # the operator's whole stack: imported only when the manager runs
+
+    from flexinfer.assembly.manager import run_manager
+    from flexinfer.manager.config import manager_config
+
     env = environment()
     start_logging(args, env)
     config = manager_config(env, metrics_bind_address=args.metrics_bind_address,

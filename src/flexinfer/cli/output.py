@@ -1,17 +1,21 @@
 """``-o/--output`` for the commands that print objects (``status``/``ps``, ``render``, ``validate``): ``json``,
 ``yaml``, and for tables ``wide``; and the console tables are printed on, which never truncates or wraps a
-name when the output is not a terminal (a pipe, a file): ``grep``/``awk`` see whole rows."""
+name when the output is not a terminal (a pipe, a file): ``grep``/``awk`` see whole rows.
+
+rich and PyYAML are imported when something is printed, not when the option is added: every subcommand's
+parser is built for ``flexinfer --help`` and shell completion, which must start fast.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 UNLIMITED_WIDTH = 100_000
 
@@ -25,6 +29,8 @@ def add_output_argument(parser: argparse.ArgumentParser, choices: tuple[str, ...
 
 def console() -> Console:
     """A console for stdout: the terminal's width on a terminal, unlimited (and no colour) otherwise."""
+    from rich.console import Console
+
     if sys.stdout.isatty():
         return Console()
     return Console(width=UNLIMITED_WIDTH, no_color=True, highlight=False)
@@ -32,6 +38,8 @@ def console() -> Console:
 
 def print_table(table: Table) -> None:
     """``table`` on stdout: fitted to a terminal; otherwise at full width, without colour or trailing blanks."""
+    from rich.console import Console
+
     if sys.stdout.isatty():
         Console().print(table)
         return
@@ -46,4 +54,6 @@ def print_data(data: Any, fmt: str) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
+        import yaml
+
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=UNLIMITED_WIDTH))

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from flexinfer.assembly.proxy import run_proxy
 from flexinfer.cli.arguments import add_listen_arguments, add_log_arguments, start_logging
-from flexinfer.proxy.listen_config import listen_address
 from flexinfer.settings import environment
 
 
@@ -36,6 +34,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the proxy's whole stack: imported only when the proxy runs
+    from flexinfer.assembly.proxy import run_proxy
+    from flexinfer.proxy.listen_config import listen_address
+
     env = environment()
     host, port = listen_address(env, host=args.host, port=args.port, default_host="0.0.0.0")
     start_logging(args, env)

@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from flexinfer.api.errors import InvalidResourceError
-from flexinfer.api.loading import Manifest, load_manifests
-from flexinfer.api.model import Model
-from flexinfer.api.modelcache import ModelCache
 from flexinfer.cli.arguments import int_at_least
 from flexinfer.cli.output import add_output_argument, print_data
 from flexinfer.cli.validate import add_manifest_arguments, load
-from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
 from flexinfer.core.errors import ConfigError
-from flexinfer.core.manifests.render import render_model, render_tmpfs_cleanup_job
-from flexinfer.local.validation import manifest_problems
 from flexinfer.settings import read_env_file, warn
+
+if TYPE_CHECKING:
+    from flexinfer.api.loading import Manifest
+    from flexinfer.core.controller_defaults import ControllerDefaults
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,6 +47,8 @@ def load_defaults(env_file: str | None) -> ControllerDefaults:
     """Controller defaults from an env file (``ConfigError`` if unreadable or malformed). Values the manager
     would replace by their default (Go fallback) are rendered the same way, with a warning on stderr naming
     the variable, the value and the default."""
+    from flexinfer.core.controller_defaults import controller_defaults
+
     env: dict[str, str] = {}
     if env_file:
         try:
@@ -63,6 +61,12 @@ def load_defaults(env_file: str | None) -> ControllerDefaults:
 def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas: int,
                        cleanup_jobs: bool = False, manifests: list[Manifest] | None = None) -> list[dict[str, Any]]:
     """Every object for every Model under ``paths`` (or in ``manifests``, already loaded), in input order."""
+    from flexinfer.api.loading import load_manifests  # the renderer's stack: for a run, not for ``--help``
+    from flexinfer.api.model import Model
+    from flexinfer.api.modelcache import ModelCache
+    from flexinfer.core.manifests.render import render_model, render_tmpfs_cleanup_job
+    from flexinfer.local.validation import manifest_problems
+
     manifests = load_manifests(paths) if manifests is None else manifests
     problems = manifest_problems(manifests)
     if problems:
@@ -85,5 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_data({"apiVersion": "v1", "kind": "List", "items": docs}, "json")
     else:
+        import yaml
+
         sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True, width=120))
     return 0

@@ -12,7 +12,6 @@ import argparse
 from typing import Any
 
 from flexinfer.cli.arguments import add_listen_arguments, add_log_arguments, start_logging
-from flexinfer.proxy.listen_config import listen_address
 from flexinfer.settings import environment
 
 
@@ -49,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     # the whole server stack: imported only when serving
     from flexinfer.assembly.local import run_local
     from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL
+    from flexinfer.proxy.listen_config import listen_address
 
     env = environment()
     host, port = listen_address(env, host=args.host, port=args.port, default_host="127.0.0.1")

@@ -1,24 +1,25 @@
 """``flexinfer status`` / ``flexinfer ps [--url URL] [-o wide|json|yaml]``: the models a running
 ``flexinfer serve`` knows, read from its admin API: namespace, name, group, phase, active for, queue depth and
-the reason of the last failure (``wide`` adds priority, in flight, last swap, pid and endpoint; ``json``/
-``yaml`` print the admin API answer). Piped output is never truncated (one whole row per model). Under the
-table, the manifests' last reload (its errors when it was rejected)."""
+the reason of the last failure (``wide`` adds priority, in flight, last swap, pid, endpoint and memory: a
+llama.cpp server's measured MiB in all and weights+KV cache+compute buffers, as its log reported them;
+``json``/``yaml`` print the admin API answer). Piped output is never truncated (one whole row per model).
+Under the table, the manifests' last reload (its errors when it was rejected)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from flexinfer.api.units import format_duration
 from flexinfer.cli.admin_client import add_connection_arguments, get_json
 from flexinfer.cli.output import add_output_argument, console, print_data, print_table
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 PHASE_STYLES = {"Ready": "green", "Loading": "yellow", "Pending": "yellow", "Failed": "red", "Preempted": "magenta"}
 COLUMNS = ("NAMESPACE", "NAME", "GROUP", "PHASE", "ACTIVE FOR", "QUEUE", "REASON")
-WIDE_COLUMNS = ("PRIORITY", "IN FLIGHT", "LAST SWAP", "PID", "ENDPOINT")
+WIDE_COLUMNS = ("PRIORITY", "IN FLIGHT", "LAST SWAP", "PID", "ENDPOINT", "MEMORY")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_connection_arguments(parser)
     add_output_argument(parser, ("table", "wide", "json", "yaml"), "table", "wide adds priority, in flight, "
-                        "last swap, pid and endpoint")
+                        "last swap, pid, endpoint and measured memory")
     parser.add_argument("--json", action="store_const", const="json", dest="output", help=argparse.SUPPRESS)
     return parser
 
@@ -49,8 +50,18 @@ def _reason(row: dict[str, Any]) -> str:
     return "-"
 
 
+def memory_cell(memory: object) -> str:
+    """``MiB total (weights+KV+compute)`` of a server's measured memory, ``-`` when none was reported."""
+    if not isinstance(memory, dict) or "total_mib" not in memory:
+        return "-"
+    parts = "+".join(f"{float(memory.get(k) or 0):.1f}" for k in ("model_mib", "kv_mib", "compute_mib"))
+    return f"{float(memory['total_mib']):.1f} MiB ({parts})"
+
+
 def status_table(models: list[dict[str, Any]], wide: bool = False) -> Table:
     """The rich table for ``/admin/status`` rows."""
+    from rich.table import Table  # imported to print, not to parse arguments
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in COLUMNS + (WIDE_COLUMNS if wide else ()):
         table.add_column(column, no_wrap=True, overflow="fold")
@@ -64,7 +75,7 @@ def status_table(models: list[dict[str, Any]], wide: bool = False) -> Table:
             swap = row.get("last_swap_age")
             cells += [str(row.get("priority", "-")), str(row["in_flight"]),
                       "-" if swap is None else f"{_age(swap)} ago", str(row.get("pid") or "-"),
-                      row.get("endpoint") or "-"]
+                      row.get("endpoint") or "-", memory_cell(row.get("memory"))]
         table.add_row(*cells)
     return table
 
@@ -83,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
 def config_summary(config: dict[str, Any]) -> str:
     """The manifests' reload state under the table: when the configuration in force was loaded, and the last
     reload's result (a rejected one with its errors, as ``flexinfer validate`` prints them)."""
+    from rich.markup import escape
+
     line = f"config: {config['models']} model(s) loaded at {config['loaded_at']}"
     if config.get("last_reload"):
         line += f"; last reload {config['last_reload']} ({config.get('trigger')}): {config.get('result')}"

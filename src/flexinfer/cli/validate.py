@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
-from flexinfer.api.loading import Manifest, load_manifests
 from flexinfer.cli.output import add_output_argument, print_data
-from flexinfer.local.profiles import SystemAvailability
-from flexinfer.local.validation import check_manifests
 from flexinfer.settings import environment
+
+if TYPE_CHECKING:
+    from flexinfer.api.loading import Manifest
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,6 +51,8 @@ def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load(args: argparse.Namespace) -> tuple[list[Manifest], list[FieldProblem]]:
     """The manifests the arguments name, and the objects skipped (reported on stderr)."""
+    from flexinfer.api.loading import load_manifests  # the resource types: for a run, not for ``--help``
+
     skipped: list[FieldProblem] | None = [] if args.skip_unknown_kinds else None
     try:
         manifests = load_manifests(args.filename, skipped)
@@ -61,6 +63,9 @@ def load(args: argparse.Namespace) -> tuple[list[Manifest], list[FieldProblem]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from flexinfer.local.profiles import SystemAvailability
+    from flexinfer.local.validation import check_manifests
+
     manifests, skipped = load(args)
     installed = None if args.offline else SystemAvailability(path=environment().get("PATH"))
     problems = check_manifests(manifests, installed, Path.cwd())

@@ -13,10 +13,13 @@ container's log say more; the newest line that matches one of these markers deci
   → ``checksumming weights: 10.0 of 20.0 MiB (50%), 1/2 files``);
 
 - ``Uvicorn running on`` / ``Application startup complete`` (vLLM, llama-cpp-python) or llama.cpp's
-  ``server is listening on`` → ``HealthCheckPending``;
+  ``server is listening on`` / ``llama_server: listening on`` (logged once the model is loaded) →
+  ``HealthCheckPending``;
 - ``Capturing CUDA graph`` / ``Capturing HIP graph`` / ``torch.compile`` → ``Compiling``;
 - ``Loading safetensors checkpoint shards: … 2/4 [… 1.50it/s]`` (vLLM) → ``LoadingWeights`` with
-  ``loading weights (2/4 shards, 1.50it/s)``; llama.cpp's ``load_tensors:`` lines → ``LoadingWeights``.
+  ``loading weights (2/4 shards, 1.50it/s)``; llama.cpp's ``load_tensors:`` lines and ``llama-server``'s
+  ``load_model: loading model`` (the one line it logs while loading at its default verbosity) →
+  ``LoadingWeights``.
 
 Pure; the manager's reconcile plan names the container (``flexinfer.core.unit_plan.MemberAction.log``), the
 reconciler (``flexinfer.manager.reconciler``) fetches the lines and ``MemberAction.with_log`` folds them in.
@@ -35,10 +38,11 @@ from flexinfer.core.model_status.build import LoadingDetail, short_message
 LOG_TAIL_LINES: Final = 200
 """How many of the newest log lines the manager reads."""
 
-_HEALTH_MARKERS: Final = ("uvicorn running on", "application startup complete", "server is listening on")
+_HEALTH_MARKERS: Final = ("uvicorn running on", "application startup complete", "server is listening on",
+                          "llama_server: listening on")
 _COMPILE_MARKERS: Final = ("capturing cuda graph", "capturing hip graph", "capturing cudagraph", "torch.compile")
 _SHARDS: Final = "loading safetensors checkpoint shards"
-_LLAMACPP_TENSORS: Final = "load_tensors:"
+_LLAMACPP_LOADING: Final = ("load_tensors:", "load_model: loading model")
 _SHARD_PROGRESS: Final = re.compile(r"(\d+)/(\d+)\s*\[[^\]]*?([\d.]+\s*(?:it/s|s/it))?\s*\]")
 _ANSI: Final = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STAGED: Final = re.compile(r"flash-load: (checksummed )?([\d.]+)/([\d.]+) MiB \((\d+)%\), (\d+)/(\d+) files")
@@ -73,7 +77,7 @@ def _classify(line: str) -> LoadingDetail | None:
         return LoadingDetail("Compiling", short_message(f"compiling: {line}"))
     if _SHARDS in lower:
         return LoadingDetail("LoadingWeights", _shard_message(line))
-    if _LLAMACPP_TENSORS in lower:
+    if any(marker in lower for marker in _LLAMACPP_LOADING):
         return LoadingDetail("LoadingWeights", short_message(f"loading weights: {line}"))
     return None
 

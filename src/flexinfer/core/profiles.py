@@ -8,7 +8,8 @@ server is started and probed, and how many requests it runs at once: ``parallel_
 ``spec.config.parallel``, the server flag in ``spec.config.args``, or the backend default — 1 for
 llama.cpp) is what its server is told (``parallel_args``: ``--parallel N`` for llama.cpp,
 ``--max-num-seqs N`` for vLLM) and what the arbiter grants it at once, so one client's request
-never shares a slot with (or interrupts) another's. Pure data plus selectors; used by
+never shares a slot with (or interrupts) another's; ``config_args`` are the extra server arguments of
+``spec.config.args`` both engines append. Pure data plus selectors; used by
 ``flexinfer.core.manifests.render``, ``flexinfer.local.profiles`` and the arbiter (``Slot.capacity``).
 """
 
@@ -167,10 +168,21 @@ def declared_parallel(model: Model) -> int | None:
         return _default_parallel(model)
 
 
+def config_args(model: Model) -> tuple[str, ...]:
+    """``spec.config.args``: extra server arguments (strings or numbers), after the backend's own; both engines
+    append them (locally to the launch profile's command, in Kubernetes to the container args).
+    ``ConfigError`` naming the field for anything but a list of scalars."""
+    args = model.spec.config.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str | int | float) and not isinstance(a, bool)
+                                             for a in args):
+        raise ConfigError(f"{model.key}: spec.config.args must be a list of strings, got {args!r}")
+    return tuple(str(a) for a in args)
+
+
 def parallel_args(model: Model, *, with_config_args: bool = True) -> tuple[str, ...]:
     """The server arguments that set its parallel capacity; empty when neither the manifest nor the backend
-    sets one, or when the command also carries ``spec.config.args`` (``with_config_args``: the local
-    engine; the Kubernetes rendering does not) and they set it already."""
+    sets one, or when the command also carries ``spec.config.args`` (``with_config_args``, both engines) and
+    they set it already."""
     backend = BACKENDS.get(model.backend)
     count = parallel_requests(model)
     if backend is None or not backend.parallel_flags or count is None:

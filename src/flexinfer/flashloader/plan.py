@@ -25,9 +25,10 @@ HF_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
 class SourceFile:
     """A regular file found in the source tree (``rel`` uses ``/``; stat values from the walk).
 
-    ``origin``: for a symlink resolved inside the source root (a Hugging Face snapshot entry pointing into
-    ``blobs/``), the real file's path relative to the root, whose content is staged under ``rel``; the stat
-    values are the real file's. Empty for a plain file.
+    ``origin``: for a symlink the walk follows (a Hugging Face snapshot entry pointing into ``blobs/``), the
+    real file's path relative to the root, whose content is staged under ``rel``; it climbs out of the root
+    (``../../blobs/<hash>``) only when the root is a snapshot inside that repository folder
+    (``flexinfer.flashloader.link_scope``). The stat values are the real file's. Empty for a plain file.
     """
 
     rel: str

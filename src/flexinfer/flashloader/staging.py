@@ -25,6 +25,7 @@ from pathlib import Path
 from flexinfer.core.errors import InsufficientSpaceError, StagingError
 from flexinfer.flashloader.config import StageSettings
 from flexinfer.flashloader.copying import FileCopy, RangeCopier
+from flexinfer.flashloader.link_scope import inside
 from flexinfer.flashloader.pacing import Pace, chunk_bytes
 from flexinfer.flashloader.plan import CopyPlan, SourceFile, apply_variant, build_plan, demote, required_space
 from flexinfer.flashloader.plan import split_ranges as _split
@@ -231,17 +232,13 @@ def prepare_roots(src: Path, dst: Path) -> tuple[str, str]:
     if not stat.S_ISDIR(info.st_mode):
         raise StagingError(f"source {src} is not a directory")
     src_real, dst_real = os.path.realpath(src), os.path.realpath(dst)  # before creating dst: refuse first
-    if _inside(src_real, dst_real) or _inside(dst_real, src_real):
+    if inside(src_real, dst_real) or inside(dst_real, src_real):
         raise StagingError(f"source {src} and destination {dst} overlap; staging needs two separate trees")
     try:
         dst.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise StagingError(f"cannot create destination directory {dst}: {error.strerror}") from None
     return src_real, os.path.realpath(dst)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def remove_stale(dst_root: str, stale: Sequence[str]) -> int:

@@ -3,11 +3,14 @@
 Called by ``flexinfer.flashloader.staging``. The walk never descends through a symlink (``lstat``
 semantics: the directory-entry type, then ``stat(follow_symlinks=False)``), so symlink loops cannot be
 entered; directories are also tracked by (device, inode) so a bind-mount cycle is visited once. A symlink
-that resolves to a regular file inside the source root is staged as that file's content under the link's
-name — a Hugging Face snapshot (``models--org--name/snapshots/<rev>/config.json`` →
-``../../blobs/<hash>``) becomes the plain files the server opens; a link that leaves the root is never
-followed (listed as ignored, with its target). Entries excluded by pattern are pruned before they are
-stat'ed; ``.cache/`` keeps its Hugging Face hub cache (``excluded``).
+that resolves to a regular file inside its scope (``flexinfer.flashloader.link_scope``: the source root, and
+the Hugging Face repository folder around a root inside one) is staged as that file's content under the
+link's name — a Hugging Face snapshot (``models--org--name/snapshots/<rev>/config.json`` →
+``../../blobs/<hash>``) becomes the plain files the server opens, whether the source is the hub cache, the
+repository folder or the snapshot directory itself; a link that leaves its scope is never followed (listed
+as ignored, with its target). Entries excluded by pattern are pruned before they are stat'ed; ``.cache/``
+keeps its Hugging Face hub cache, and a repository's ``blobs/`` store is staged only through its snapshots
+(``excluded``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from flexinfer.flashloader.config import CACHE_PATTERN, TMP_SUFFIX
+from flexinfer.flashloader.link_scope import LinkScope
 from flexinfer.flashloader.plan import DestListing, SourceFile, in_hf_hub_cache, is_excluded, is_hf_blob_store
 from flexinfer.flashloader.report import FileIssue
 
@@ -48,9 +52,11 @@ def _list_dir(path: str) -> list[os.DirEntry[str]]:
 
 def walk_source(root: str, exclude: Iterable[str]) -> SourceListing:
     """Every non-excluded regular file under ``root`` (a directory; pass its real path), plus symlinked
-    files that resolve inside ``root`` (see ``_resolve_link``)."""
+    files that resolve inside their scope (see ``_resolve_link``)."""
     patterns = tuple(exclude)
     listing = SourceListing()
+    scope = LinkScope.of(root)
+    repo_name = os.path.basename(root) if scope.repo == root else ""
     root_stat = os.stat(root)
     seen = {(root_stat.st_dev, root_stat.st_ino)}
     stack: list[tuple[str, str]] = [("", root)]
@@ -63,23 +69,27 @@ def walk_source(root: str, exclude: Iterable[str]) -> SourceListing:
             continue
         listing.entries += len(entries)
         for entry in entries:
-            child = _visit_source(entry, _join(rel_dir, entry.name), patterns, seen, listing=listing, root=root)
+            rel = _join(rel_dir, entry.name)
+            child = _visit_source(entry, rel, patterns, seen, listing=listing, scope=scope,
+                                  repo_rel=_join(repo_name, rel))
             if child is not None:
                 stack.append(child)
     return listing
 
 
-def excluded(rel: str, name: str, is_dir: bool, patterns: tuple[str, ...]) -> bool:
+def excluded(rel: str, name: str, is_dir: bool, patterns: tuple[str, ...], repo_rel: str = "") -> bool:
     """The exclusion rule of the walk: the patterns, except that the always-excluded ``.cache/`` keeps the
-    Hugging Face hub cache under it; a hub repository's ``blobs/`` store is staged through its snapshots."""
+    Hugging Face hub cache under it; a hub repository's ``blobs/`` store is staged through its snapshots.
+    ``repo_rel``: the path seen from above the root when the root is a repository folder itself
+    (``models--org--m/blobs`` for ``blobs``)."""
     if in_hf_hub_cache(rel, is_dir):
         patterns = tuple(p for p in patterns if p != CACHE_PATTERN)
-    return is_excluded(rel, name, is_dir, patterns) or is_hf_blob_store(rel, is_dir)
+    return is_excluded(rel, name, is_dir, patterns) or is_hf_blob_store(repo_rel or rel, is_dir)
 
 
 def _visit_source(
     entry: os.DirEntry[str], rel: str, patterns: tuple[str, ...], seen: set[tuple[int, int]], *,
-    listing: SourceListing, root: str,
+    listing: SourceListing, scope: LinkScope, repo_rel: str,
 ) -> tuple[str, str] | None:
     """Record one entry; returns ``(rel, path)`` when it is a directory to descend into."""
     try:
@@ -87,10 +97,10 @@ def _visit_source(
             if excluded(rel, entry.name, False, patterns):
                 listing.excluded.append(rel)
             else:
-                _resolve_link(entry.path, rel, root, listing)
+                _resolve_link(entry.path, rel, scope, listing)
             return None
         is_dir = entry.is_dir(follow_symlinks=False)
-        if excluded(rel, entry.name, is_dir, patterns):
+        if excluded(rel, entry.name, is_dir, patterns, repo_rel):
             listing.excluded.append(rel + "/" if is_dir else rel)
             return None
         info = entry.stat(follow_symlinks=False)
@@ -115,14 +125,15 @@ def _source_file(rel: str, info: os.stat_result, origin: str = "") -> SourceFile
     return SourceFile(rel, info.st_size, info.st_mtime_ns, info.st_dev, info.st_ino, info.st_mode & 0o777, origin)
 
 
-def _resolve_link(path: str, rel: str, root: str, listing: SourceListing) -> None:
+def _resolve_link(path: str, rel: str, scope: LinkScope, listing: SourceListing) -> None:
     """A symlink is staged as the regular file it resolves to (its content under the link's name) only
-    when that file is inside ``root``; a link outside the root, to a directory, dangling or looping is
-    listed as ignored, naming where it points."""
+    when that file is inside ``scope``; a link outside it, to a directory, dangling or looping is listed as
+    ignored, naming where it points. ``origin`` is the file's path relative to the root (``../../blobs/<hash>``
+    for a snapshot root's link into its repository's blobs)."""
     target = os.path.realpath(path)
     shown = _link_text(path)
-    if not _inside(target, root):
-        listing.ignored.append(FileIssue(rel, f"symlink to {shown} outside the source root (not followed)"))
+    if not scope.allows(target):
+        listing.ignored.append(FileIssue(rel, scope.refusal(shown)))
         return
     try:
         info = os.stat(target, follow_symlinks=False)
@@ -130,7 +141,7 @@ def _resolve_link(path: str, rel: str, root: str, listing: SourceListing) -> Non
         listing.ignored.append(FileIssue(rel, f"dangling symlink to {shown} (not followed)"))
         return
     if stat.S_ISREG(info.st_mode):
-        listing.files.append(_source_file(rel, info, os.path.relpath(target, root).replace(os.sep, "/")))
+        listing.files.append(_source_file(rel, info, os.path.relpath(target, scope.root).replace(os.sep, "/")))
     elif stat.S_ISDIR(info.st_mode):
         listing.ignored.append(FileIssue(rel, f"symlink to directory {shown} (not followed)"))
     elif stat.S_ISLNK(info.st_mode):
@@ -144,10 +155,6 @@ def _link_text(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return "?"
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def walk_destination(root: str) -> DestListing:

@@ -3,7 +3,7 @@
 Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_local``:
 
 - ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
-  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in}], "config": {loaded_at, models,
+  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in, memory}], "config": {loaded_at, models,
   last_reload, trigger, result, error, errors, reloads}}`` (``config``: the manifest reloads,
   ``flexinfer.local.reloading.ConfigStatus``)
 - ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...], "started": bool}`` (the server's captured
@@ -37,6 +37,7 @@ from flexinfer.core.errors import (
     UnauthorizedError,
     echo_safe,
 )
+from flexinfer.core.server_memory import ServerMemory
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.logs import LogStore
 from flexinfer.runtime.dispatcher import ModelState
@@ -84,6 +85,8 @@ class AdminApi:
     pid: Callable[[str], int | None]
     token: str = ""
     config: Callable[[], dict[str, object]] | None = None
+    memory: Callable[[str], ServerMemory | None] | None = None
+    """A model's measured memory (``LocalEngine.memory``)."""
 
     def routes(self) -> Sequence[web.RouteDef]:
         return [
@@ -122,7 +125,12 @@ class AdminApi:
             "in_flight": state.in_flight, "endpoint": state.endpoint.base_url if state.endpoint else None,
             "last_swap_age": state.last_swap_age, "draining": state.draining, "pid": self.pid(state.key),
             "last_error": state.last_error, "ready_for": state.ready_for, "retry_in": state.retry_in,
+            "memory": self._memory(state.key),
         }
+
+    def _memory(self, key: str) -> dict[str, object] | None:
+        memory = self.memory(key) if self.memory is not None else None
+        return memory.as_json() if memory is not None else None
 
     async def model_logs(self, request: web.Request) -> web.Response:
         self._check(request)

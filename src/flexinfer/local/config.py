@@ -25,9 +25,11 @@ from flexinfer.local.engine import LocalEngineSettings
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("FLEXINFER_STATE_DIR", "$XDG_STATE_HOME/flexinfer or ~/.local/state/flexinfer",
-           "Where model-server logs are kept (`logs/<namespace>_<model>.log`), and records of running model "
-           "servers (`processes/`: a `serve` started after one was killed stops what it left)."),
-    EnvVar("FLEXINFER_SHM_ROOT", "/dev/shm/flexinfer", "Flash-loader destination root (tmpfs)."),
+           "Where model-server logs are kept (`logs/<namespace>_<model>.log`), records of running model "
+           "servers (`processes/`: a `serve` started after one was killed stops what it left), and the prompt "
+           "caches of llama.cpp models that are not staged (`prompt-cache/<namespace>/<model>`)."),
+    EnvVar("FLEXINFER_SHM_ROOT", "/dev/shm/flexinfer", "Flash-loader destination root (tmpfs); a staged "
+           "llama.cpp model keeps its prompt cache beside its copy (`<namespace>/<model>.prompt-cache`)."),
     EnvVar("FLEXINFER_STOP_GRACE", "10s", "Time between SIGTERM and SIGKILL when a model server is stopped "
            "(a SIGINT follows the SIGTERM after 1s, so servers such as uvicorn do not wait for generations "
            "whose client is gone).", Kind.DURATION),
@@ -76,6 +78,7 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         stop_grace=duration(env, "FLEXINFER_STOP_GRACE"),
         start_timeout=duration(env, "FLEXINFER_START_TIMEOUT") or 300.0,
         log_dir=state_dir(env) / "logs", shm_root=Path(shm), base_dir=base_dir, env=dict(env),
+        prompt_cache_root=state_dir(env) / "prompt-cache",
     )
     knobs = swap_knobs(env)
     check_bound_fits(knobs.max_wait, cold_start_timeout)

@@ -12,7 +12,12 @@ SIGTERMs every child now and SIGKILLs it after ``close_grace`` (a second shutdow
 ``records_dir`` every child group is recorded there while it runs (``flexinfer.local.leftovers``), so a
 ``serve`` started after this one was killed can reap what it left (``reap_leftovers``).
 
-Built by ``flexinfer.assembly.run_local``; the admin API reads ``logs``/``endpoint`` from it.
+A ``llama-server`` keeps its slots' prompt caches across a stop (``flexinfer.local.prompt_cache``): ``stop``
+saves them before the SIGTERM, ``start`` restores them after the health check (the ``restore`` stage) and
+before returning, so no request reaches the server before they are back. ``memory`` is a server's measured
+memory from its start-up log (``flexinfer.core.server_memory``), kept after it stops.
+
+Built by ``flexinfer.assembly.run_local``; the admin API reads ``logs``/``endpoint``/``memory`` from it.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from typing import Protocol
 
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
-from flexinfer.core.errors import EngineError, StagingError
+from flexinfer.core.errors import ConfigError, EngineError, StagingError
 from flexinfer.core.flashloader_settings import FlashLoaderConfig
+from flexinfer.core.server_memory import ServerMemory, parse_memory
 from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.gpu_discovery import GpuInventory
 from flexinfer.local.leftovers import TOKEN_VARIABLE, ProcessRecords
@@ -35,6 +41,7 @@ from flexinfer.local.logs import LogStore
 from flexinfer.local.ports import PortAllocator
 from flexinfer.local.process import ServerProcess, describe_exit
 from flexinfer.local.profiles import Availability, LaunchPlan, SystemAvailability, plan_launch
+from flexinfer.local.prompt_cache import PromptCaches, ServerCache, has_saved, prepare_dir, server_cache
 from flexinfer.local.readiness import NotReady, ServerExited, wait_ready
 from flexinfer.local.sources import existing_source, staging_plan
 from flexinfer.runtime.ports import Endpoint, ServerReporter
@@ -60,6 +67,9 @@ class LocalEngineSettings:
     records_dir: Path | None = None
     """Where running child groups are recorded (``<state dir>/processes``); ``None``: not recorded."""
     shm_root: Path = Path("/dev/shm/flexinfer")
+    prompt_cache_root: Path | None = None
+    """Where models that are not staged keep their prompt caches (``<state dir>/prompt-cache``); ``None``:
+    only staged models keep them (beside their staged copy)."""
     base_dir: Path = Path(".")
     """Relative ``file://`` sources resolve against this directory."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -89,6 +99,15 @@ def start_timeout(model: Model, default: float) -> float:
     return seconds if seconds > 0 else default
 
 
+@dataclass(frozen=True)
+class _Weights:
+    """What a server loads (``path``), the ``spec.source`` file it comes from, and the staging directory."""
+
+    path: Path
+    source: Path
+    staged: Path | None
+
+
 @dataclass
 class _Server:
     model: Model
@@ -96,6 +115,11 @@ class _Server:
     port: int
     endpoint: Endpoint
     report: ServerReporter
+    log_from: int = 0
+    """The sequence number of the first output line of this run (``ModelLog.window``)."""
+    cache: ServerCache | None = None
+    memory: ServerMemory | None = None
+    """This run's figures (once its log showed them)."""
     stopping: bool = False
     watcher: asyncio.Task[None] | None = None
 
@@ -120,6 +144,9 @@ class LocalEngine:
         self._warned: set[str] = set()
         self._closed = False
         self._records = ProcessRecords(self.settings.records_dir) if self.settings.records_dir else None
+        self._caches = PromptCaches(self.settings.prompt_cache_root, self.settings.shm_root)
+        self._declared: set[str] | None = None
+        self._memory: dict[str, ServerMemory] = {}
 
     # ------------------------------------------------------------ Engine port
 
@@ -135,23 +162,43 @@ class LocalEngine:
         if devices.warning and model.key not in self._warned:
             self._warned.add(model.key)
             log.warning("%s", devices.warning)
+        try:
+            slot_dir = prepare_dir(model, weights.staged, self.settings.prompt_cache_root)
+        except ConfigError as exc:
+            raise EngineError(f"model {exc}") from None
         port = self._ports.allocate()
         try:
-            plan = plan_launch(model, str(weights), port, self.settings.host, self._installed)
+            plan = plan_launch(model, str(weights.path), port, self.settings.host, self._installed,
+                               slot_dir=str(slot_dir) if slot_dir else None)
             env = {**self.settings.env, **devices.env, **plan.env}
-            return await self._launch(model, plan, env, port, report)
+            binary = self._installed.which(plan.argv[0]) or plan.argv[0]
+            cache = server_cache(model, plan.slot_dir, weights.source, Path(binary))
+            return await self._launch(model, plan, env, port, report, cache=cache)
         except BaseException:
             self._ports.release(port)
             raise
 
     async def stop(self, model: Model) -> None:
-        """Stop ``model``'s server: SIGTERM its group, wait ``stop_grace``, SIGKILL (no-op if not running)."""
+        """Stop ``model``'s server: save its prompt cache (``llama-server``, unless the model is no longer
+        declared), SIGTERM its group, wait ``stop_grace``, SIGKILL (no-op if not running)."""
         server = self._servers.pop(model.key, None)
         if server is None:
             return
         server.stopping = True
+        self._measure(server)
+        if server.cache is not None and not self._closed and self._is_declared(model.key):
+            cache = server.cache
+            await self._caches.save(model.key, server.endpoint.base_url, cache.directory, cache.identity,
+                                    cache.max_bytes)
         await self._terminate(server.process, self.settings.stop_grace)
         self._ports.release(server.port)
+
+    def prune(self, declared: set[str]) -> None:
+        """The models now declared (keys): the prompt caches of all others are removed, and a model that is no
+        longer declared saves none when it stops."""
+        self._declared = set(declared)
+        for directory in self._caches.prune(self._declared):
+            log.info("removed the prompt cache %s of a model no longer declared", directory)
 
     # ------------------------------------------------------------ lifecycle of the engine itself
 
@@ -199,6 +246,14 @@ class LocalEngine:
         server = self._servers.get(key)
         return server.process.pid if server else None
 
+    def memory(self, key: str) -> ServerMemory | None:
+        """The model's memory as its server reported it (the last run's once it stopped); ``None`` when it
+        reported none (another server, or none started yet)."""
+        server = self._servers.get(key)
+        if server is not None:
+            self._measure(server)
+        return self._memory.get(key)
+
     @property
     def child_pids(self) -> list[int]:
         """Every live child group (Ready or still starting)."""
@@ -206,12 +261,24 @@ class LocalEngine:
 
     # ------------------------------------------------------------ internals
 
-    async def _weights(self, model: Model, report: ServerReporter) -> Path:
-        """The path the server loads: the ``file://`` source, or its staged tmpfs copy."""
+    def _is_declared(self, key: str) -> bool:
+        return self._declared is None or key in self._declared
+
+    def _measure(self, server: _Server) -> None:
+        """Parse the run's output for its memory figures until they are complete (they replace the last run's
+        once there are some)."""
+        if server.memory is not None and server.memory.complete:
+            return
+        measured = parse_memory(server.process.output.window(after=server.log_from).lines)
+        if measured is not None:
+            server.memory = self._memory[server.model.key] = measured
+
+    async def _weights(self, model: Model, report: ServerReporter) -> _Weights:
+        """What the server loads: the ``file://`` source, or its staged tmpfs copy."""
         src = existing_source(model, self.settings.base_dir)
         config = self.flash(model)
         if not config.enabled:
-            return src
+            return _Weights(src, src, None)
         if self._stager is None:
             raise EngineError(f"model {model.key}: the flash-loader is enabled but this engine has no stager")
         plan = staging_plan(model, src, self.settings.shm_root)
@@ -221,30 +288,36 @@ class LocalEngine:
         except StagingError as exc:
             raise EngineError(f"model {model.key}: refusing to start, weights not staged into {plan.dst}: {exc}") \
                 from exc
-        return plan.served_path
+        return _Weights(plan.served_path, src, plan.dst)
 
     async def _launch(self, model: Model, plan: LaunchPlan, env: Mapping[str, str], port: int,
-                      report: ServerReporter) -> Endpoint:
+                      report: ServerReporter, *, cache: ServerCache | None) -> Endpoint:
         report.stage("server_start")
         token = ProcessRecords.new_token()
-        process = await ServerProcess.spawn(plan.argv, {**env, TOKEN_VARIABLE: token}, self.logs.get(model.key))
+        output = self.logs.get(model.key)
+        log_from = output.written
+        process = await ServerProcess.spawn(plan.argv, {**env, TOKEN_VARIABLE: token}, output)
         self._children.add(process)
         log.info("model %s: server started (pid %s, port %d)", model.key, process.pid, port,
                  extra={"event": "server_started", "model": model.key, "pid": process.pid, "port": port})
         if self._records is not None:
             self._records.add(process.pid, token, plan.argv)
         timeout = start_timeout(model, self.settings.start_timeout)
+        host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
+        server = _Server(model, process, port, Endpoint(f"http://{host}:{port}"), report, log_from, cache)
         try:
             await wait_ready(self.settings.host, port, plan.health_path, timeout=timeout, exited=process.exited,
                              on_connected=lambda: report.stage("health"))
+            if cache is not None and has_saved(cache.directory):
+                report.stage("restore")
+                await self._caches.restore(model.key, server.endpoint.base_url, cache.directory, cache.identity)
         except BaseException as exc:
             process.kill()
             await self._forget(process)
             raise self._start_error(model, plan, port, timeout, process, exc=exc) from None
-        host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
-        server = _Server(model, process, port, Endpoint(f"http://{host}:{port}"), report)
         server.watcher = asyncio.create_task(self._watch(server), name=f"watch-{model.key}")
         self._servers[model.key] = server
+        self._measure(server)
         return server.endpoint
 
     def _start_error(self, model: Model, plan: LaunchPlan, port: int, timeout: float,

@@ -2,12 +2,13 @@
 
 ``manifest_problems`` finds what is wrong in the manifests themselves, on any machine: a ``spec.config`` that
 the launch or the rendering rejects (``command``/``args``/``env``/``healthPath`` shapes, a ``startupTimeout``
-that is not a duration, an unknown ``runtimeProfile``) and client-facing names (``spec.litellm`` served name
-and aliases) claimed by two models or shadowing another model's name. ``machine_problems`` finds what would
-fail when a ``file://`` model is started here: missing weights, no installed backend, a server program that is
-not on ``PATH`` (other sources are for the Kubernetes engine and are not checked against this machine). Every
-problem names the file, line and column of the field (``Manifest.problem``); one naming another model names that
-model's file and line too.
+that is not a duration, an unknown ``runtimeProfile`` or ``llamacppServer``, a ``promptCache`` that is no
+boolean or a ``promptCacheMaxSize`` that is no quantity) and client-facing names
+(``spec.litellm`` served name and aliases) claimed by two models or shadowing another model's name.
+``machine_problems`` finds what would fail when a ``file://`` model is started here: missing weights, no
+installed backend, a server program that is not on ``PATH`` (other sources are for the Kubernetes engine and
+are not checked against this machine). Every problem names the file, line and column of the field
+(``Manifest.problem``); one naming another model names that model's file and line too.
 
 ``validate`` runs both (``--offline`` skips the machine checks) and fails on any problem; ``render`` runs
 ``manifest_problems`` and fails; ``serve`` runs both (reporting non-``file://`` sources too) and logs each
@@ -28,13 +29,16 @@ from flexinfer.core.model_index import aliases
 from flexinfer.core.profiles import runtime_profile
 from flexinfer.local.engine import start_timeout
 from flexinfer.local.profiles import (
+    PROFILES,
     Availability,
+    chosen_variant,
     command_argv,
     command_health_path,
     config_env,
     extra_args,
     plan_launch,
 )
+from flexinfer.local.prompt_cache import cache_enabled, cache_max_bytes
 from flexinfer.local.sources import FILE_SCHEME, existing_source
 
 _CONFIG_CHECKS: tuple[tuple[str, Callable[[Model], object]], ...] = (
@@ -44,6 +48,10 @@ _CONFIG_CHECKS: tuple[tuple[str, Callable[[Model], object]], ...] = (
     ("spec.config.args", extra_args),
     ("spec.config.startupTimeout", lambda m: start_timeout(m, 1.0)),
     ("spec.config.runtimeProfile", runtime_profile),
+    ("spec.config.llamacppServer", lambda m: chosen_variant(m, PROFILES[m.backend]) if m.backend in PROFILES
+     else None),
+    ("spec.config.promptCache", cache_enabled),
+    ("spec.config.promptCacheMaxSize", cache_max_bytes),
 )
 
 

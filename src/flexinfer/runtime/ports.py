@@ -21,9 +21,9 @@ from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 
 Stage = str
-"""A bounded startup-stage name: ``queue``, ``drain``, ``staging``, ``server_start``, ``health``."""
+"""A bounded startup-stage name: ``queue``, ``drain``, ``staging``, ``server_start``, ``health``, ``restore``."""
 
-STAGES: tuple[Stage, ...] = ("queue", "drain", "staging", "server_start", "health")
+STAGES: tuple[Stage, ...] = ("queue", "drain", "staging", "server_start", "health", "restore")
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,14 @@ def test_namespace_reason_and_active_for() -> None:
     assert " ".join(lines[2][6:]) == "exited with code 3 (retry in 4s)"
 
 
-def test_wide_adds_endpoint_pid_and_priority() -> None:
+def test_wide_adds_endpoint_pid_priority_and_memory() -> None:
+    memory = {"model_mib": 129.2, "kv_mib": 64.0, "compute_mib": 18.01, "other_mib": 0.0, "total_mib": 211.21}
     lines = rendered([row("default", "m", phase="Ready", priority=7, pid=42, endpoint="http://127.0.0.1:9",
-                          in_flight=1, last_swap_age=3.0)], wide=True)
-    assert lines[1][-6:] == ["7", "1", "3s", "ago", "42", "http://127.0.0.1:9"]
+                          in_flight=1, last_swap_age=3.0, memory=memory), row("default", "n")], wide=True)
+    assert lines[0][-1] == "MEMORY"
+    assert lines[1][-9:] == ["7", "1", "3s", "ago", "42", "http://127.0.0.1:9", "211.2", "MiB",
+                             "(129.2+64.0+18.0)"]
+    assert lines[2][-1] == "-"  # no figures (not started, or not a llama-server)
 
 
 def test_piped_output_keeps_long_names_whole(capsys: pytest.CaptureFixture[str]) -> None:

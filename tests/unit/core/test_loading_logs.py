@@ -33,6 +33,14 @@ CAPTURE = "Capturing CUDA graph shapes:  40%|████      | 14/35 [00:05<00
       "main: server is listening on http://0.0.0.0:8080 - starting the main loop"],
      LoadingDetail("HealthCheckPending", "server up, health check pending: main: server is listening on "
                    "http://0.0.0.0:8080 - starting the main loop")),
+    (["0.00.006.007 I srv    load_model: loading model '/models/tiny.gguf'"],  # the real llama-server, -lv 3
+     LoadingDetail("LoadingWeights", "loading weights: 0.00.006.007 I srv    load_model: loading model "
+                   "'/models/tiny.gguf'")),
+    (["0.00.006.007 I srv    load_model: loading model '/models/tiny.gguf'",
+      "0.00.013.658 I srv  llama_server: model loaded",
+      "0.00.013.680 I srv  llama_server: listening on http://0.0.0.0:8080"],
+     LoadingDetail("HealthCheckPending", "server up, health check pending: 0.00.013.680 I srv  llama_server: "
+                   "listening on http://0.0.0.0:8080")),
     (["\x1b[32mINFO\x1b[0m:     Uvicorn running on http://0.0.0.0:8000"],
      LoadingDetail("HealthCheckPending", "server up, health check pending: INFO:     Uvicorn running on "
                    "http://0.0.0.0:8000")),

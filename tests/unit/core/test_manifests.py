@@ -176,7 +176,9 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
 @pytest.mark.parametrize(("backend", "config", "expected"), [
     ("llamacpp", {}, ["--parallel", "1"]),  # one slot: the proxy lets one request through at a time
     ("llamacpp", {"parallel": 4}, ["--parallel", "4"]),
-    ("llamacpp", {"args": ["-np", "3"]}, ["--parallel", "3"]),  # args are not rendered: the value is kept
+    ("llamacpp", {"args": ["-np", "3"]}, ["-np", "3"]),  # the args' own flag is not doubled
+    ("llamacpp", {"args": ["--ctx-size", 512, "--threads", "2"]}, ["--parallel", "1", "--ctx-size", "512",
+                                                                    "--threads", "2"]),
     ("vllm", {}, []),  # vLLM schedules any number itself
     ("vllm", {"parallel": 16}, ["--max-num-seqs", "16"]),
 ])
@@ -186,7 +188,8 @@ def test_server_is_told_its_parallel_capacity(backend: str, config: dict[str, An
     assert args[6:] == expected
 
 
-@pytest.mark.parametrize("config", [{"parallel": 0}, {"parallel": "two"}, {"parallel": 2, "args": ["--parallel", "3"]}])
+@pytest.mark.parametrize("config", [{"parallel": 0}, {"parallel": "two"}, {"parallel": 2, "args": ["--parallel", "3"]},
+                                    {"args": "--ctx-size 512"}, {"args": [True]}])
 def test_invalid_parallel_capacity_names_the_field(config: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"spec\.config\.(parallel|args)"):
         render(backend="llamacpp", source="file:///m/x.gguf", config=config)

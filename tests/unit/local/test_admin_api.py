@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from flexinfer.core.server_memory import ServerMemory
 from flexinfer.local.admin import AdminApi
 from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.logs import LogStore
@@ -33,7 +34,8 @@ async def client(token: str = "") -> tuple[TestClient, Control]:
     control, logs = Control(), LogStore()
     logs.get("default/alpha").write("one\ntwo\nthree\n")
     api = AdminApi(control, ManifestCatalog([make_model("alpha", "file:///a")]), logs,
-                   pid=lambda key: 1234, token=token)
+                   pid=lambda key: 1234, token=token,
+                   memory=lambda key: ServerMemory(0.46, 0.25, 1.51, 0.0, (("host", 2.22),), complete=True))
     app = web.Application()
     app.router.add_routes(api.routes())
     test_client = TestClient(TestServer(app))
@@ -49,7 +51,8 @@ async def test_status_and_logs() -> None:
             "key": "default/alpha", "name": "alpha", "namespace": "default", "group": "g", "priority": 100,
             "phase": "Ready", "queue_depth": 2, "in_flight": 1, "endpoint": "http://127.0.0.1:5000",
             "last_swap_age": 3.5, "draining": False, "pid": 1234, "last_error": None, "ready_for": None,
-            "retry_in": None}]
+            "retry_in": None, "memory": {"model_mib": 0.46, "kv_mib": 0.25, "compute_mib": 1.51, "other_mib": 0.0,
+                                         "total_mib": 2.22, "devices": {"host": 2.22}, "complete": True}}]
         logs = await (await http.get("/admin/logs/alpha", params={"tail": "2"})).json()
         assert logs == {"model": "default/alpha", "lines": ["two", "three"], "started": True}
         assert (await http.get("/admin/logs/default/alpha")).status == 200

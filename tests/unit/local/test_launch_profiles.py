@@ -27,25 +27,58 @@ class Pretend:
         return name in self.modules
 
 
-def test_llamacpp_prefers_llama_server_binary() -> None:
+def test_llamacpp_runs_llama_server_even_when_the_python_server_is_installed() -> None:
     model = make_model("a", "file:///m.gguf")
     plan = plan_launch(model, "/m.gguf", 9001, "127.0.0.1",
                        Pretend(binaries=frozenset({"llama-server"}), modules=frozenset({"llama_cpp"})))
     assert plan.argv == ("llama-server", "--model", "/m.gguf", "--host", "127.0.0.1", "--port", "9001",
-                         "--alias", "a", "--parallel", "1")
+                         "--alias", "a", "--verbosity", "4", "--parallel", "1")
     assert plan.health_path == "/health"
     assert plan.origin == "llamacpp via llama-server"
+    assert plan.slot_dir is None
 
 
-def test_llamacpp_falls_back_to_python_module_with_extra_args() -> None:
-    model = make_model("a", "file:///m.gguf", {"args": ["--n_ctx", 512], "servedModelName": "tiny"})
-    plan = plan_launch(model, "/m.gguf", 9001, "127.0.0.1", Pretend(modules=frozenset({"llama_cpp"})))
+def test_llama_server_gets_the_slot_directory_and_the_args_last() -> None:
+    model = make_model("a", "file:///m.gguf", {"args": ["--ctx-size", 512, "--verbosity", "3"]})
+    plan = plan_launch(model, "/m.gguf", 9001, "127.0.0.1", Pretend(binaries=frozenset({"llama-server"})),
+                       slot_dir="/shm/a.prompt-cache")
+    assert plan.argv[-8:] == ("--parallel", "1", "--slot-save-path", "/shm/a.prompt-cache", "--ctx-size", "512",
+                              "--verbosity", "3")  # the user's verbosity comes after FlexInfer's: it wins
+    assert plan.slot_dir == "/shm/a.prompt-cache"
+
+
+def test_a_slot_save_path_in_the_args_is_the_users_own() -> None:
+    model = make_model("a", "file:///m.gguf", {"args": ["--slot-save-path", "/mine"]})
+    plan = plan_launch(model, "/m.gguf", 1, "h", Pretend(binaries=frozenset({"llama-server"})), slot_dir="/x")
+    assert plan.slot_dir is None and plan.argv.count("--slot-save-path") == 1 and "/x" not in plan.argv
+
+
+def test_the_python_server_runs_only_when_chosen() -> None:
+    with pytest.raises(EngineError, match=r"no llamacpp backend is installed.*llamacppServer: python"):
+        plan_launch(make_model("a", "file:///m.gguf"), "/m", 1, "h", Pretend(modules=frozenset({"llama_cpp"})))
+    config = {"args": ["--n_ctx", 512], "servedModelName": "tiny", "llamacppServer": "python"}
+    plan = plan_launch(make_model("a", "file:///m.gguf", config), "/m.gguf", 9001, "127.0.0.1",
+                       Pretend(binaries=frozenset({"llama-server"}), modules=frozenset({"llama_cpp"})),
+                       slot_dir="/x")
     assert plan.argv == ("/py/bin/python", "-m", "llama_cpp.server", "--model", "/m.gguf", "--host", "127.0.0.1",
                          "--port", "9001", "--model_alias", "tiny", "--interrupt_requests", "False",
                          "--n_ctx", "512")
-    assert plan.health_path == "/v1/models"
+    assert plan.health_path == "/v1/models" and plan.slot_dir is None
     assert dict(plan.env) == {"HOST": "127.0.0.1", "PORT": "9001", "MODEL": "/m.gguf", "INTERRUPT_REQUESTS": "false"}
     assert plan.origin == "llamacpp via python -m llama_cpp.server"
+
+
+def test_a_chosen_server_that_is_missing_or_unknown_is_named() -> None:
+    with pytest.raises(EngineError, match=r"spec\.config\.llamacppServer is 'python' but python -m llama_cpp"):
+        plan_launch(make_model("a", "file:///m", {"llamacppServer": "python"}), "/m", 1, "h",
+                    Pretend(binaries=frozenset({"llama-server"})))
+    with pytest.raises(EngineError, match=r"spec\.config\.llamacppServer must be one of 'llama-server', 'python', "
+                                          r"got 'llama_cpp'"):
+        plan_launch(make_model("a", "file:///m", {"llamacppServer": "llama_cpp"}), "/m", 1, "h",
+                    Pretend(binaries=frozenset({"llama-server"})))
+    chosen = plan_launch(make_model("a", "file:///m", {"llamacppServer": "llama-server"}), "/m", 1, "h",
+                         Pretend(binaries=frozenset({"llama-server"})))
+    assert chosen.argv[0] == "llama-server"
 
 
 @pytest.mark.parametrize(("config", "tail"), [
@@ -70,7 +103,8 @@ def test_llama_cpp_alias_resolves_to_the_same_profile() -> None:
 
 
 def test_nothing_installed_names_the_fix() -> None:
-    with pytest.raises(EngineError, match=r"no llamacpp backend is installed.*flexinfer\[llamacpp\]"):
+    with pytest.raises(EngineError, match=r"no llamacpp backend is installed.*hack/build-llama-server.*"
+                                          r"flexinfer\[llamacpp\]"):
         plan_launch(make_model("a", "file:///m.gguf"), "/m", 1, "h", Pretend())
 
 
@@ -105,7 +139,7 @@ def test_explicit_command_default_health_path() -> None:
     ({"command": []}, "must be a non-empty list of strings"),
     ({"command": ["srv"], "healthPath": "health"}, "healthPath must be a path"),
     ({"command": ["srv"], "env": ["X=1"]}, "spec.config.env must map names"),
-    ({"args": "--n_ctx 5"}, "spec.config.args must be a list"),
+    ({"args": "--ctx-size 5"}, "spec.config.args must be a list"),
 ])
 def test_malformed_config_is_named(config: dict, message: str) -> None:
     with pytest.raises(EngineError, match=message):
@@ -125,3 +159,4 @@ def test_substitute_only_known_placeholders() -> None:
 def test_profiles_are_data() -> None:
     assert set(PROFILES) == {"llamacpp", "vllm"}
     assert [v.binary or v.module for v in PROFILES["llamacpp"].variants] == ["llama-server", "llama_cpp"]
+    assert [v.explicit for v in PROFILES["llamacpp"].variants] == [False, True]

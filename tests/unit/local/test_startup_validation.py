@@ -47,3 +47,16 @@ def test_offline_skips_the_machine_checks(tmp_path: Path) -> None:
     manifests = [Manifest(make_model("gone", (tmp_path / "gone.gguf").as_uri()), "m.yaml", 0)]
     assert check_manifests(manifests, None, tmp_path) == []
     assert check_manifests(manifests, Nothing(), tmp_path) != []
+
+
+def test_llama_cpp_settings_are_named_by_field(tmp_path: Path) -> None:
+    configs = [{"llamacppServer": "cpp"}, {"promptCache": "yes"}, {"promptCacheMaxSize": "lots"},
+               {"promptCacheMaxSize": 0}, {"promptCache": False, "promptCacheMaxSize": "512Mi"}]
+    manifests = [Manifest(make_model(f"m{i}", "hf://org/m", config), "m.yaml", i) for i, config in enumerate(configs)]
+    problems = check_manifests(manifests, None, tmp_path)
+    assert [(p.document, p.message.split(":")[0]) for p in problems] == [
+        (0, "spec.config.llamacppServer must be one of 'llama-server', 'python', got 'cpp'"),
+        (1, "spec.config.promptCache must be true or false, got 'yes'"),
+        (2, "spec.config.promptCacheMaxSize must be a positive quantity such as 512Mi, got 'lots'"),
+        (3, "spec.config.promptCacheMaxSize must be a positive quantity such as 512Mi, got 0"),
+    ]

@@ -32,6 +32,7 @@ from flexinfer.core.profiles import (
     RuntimeProfile,
     backend_defaults,
     compile_cache_host_dir,
+    config_args,
     parallel_args,
 )
 
@@ -181,11 +182,12 @@ def model_reference(model: Model) -> str:
 
 def container_args(model: Model, backend: BackendDefaults) -> list[str]:
     """The backend's argument template with ``{model}``/``{port}`` filled in, plus its parallel capacity
-    (``--parallel N`` for llama.cpp: the number of requests the proxy lets through to it at once)."""
+    (``--parallel N`` for llama.cpp: the number of requests the proxy lets through to it at once; left to
+    ``spec.config.args`` when they set it), then ``spec.config.args`` (as the local engine appends them)."""
     args = [arg.format(model=model_reference(model), port=backend.port) for arg in backend.args]
     if backend.hf_model_flag and model.spec.source.lower().startswith("hf://"):
         args = [backend.hf_model_flag if arg == "--model" else arg for arg in args]
-    return args + list(parallel_args(model, with_config_args=False))
+    return args + list(parallel_args(model)) + list(config_args(model))
 
 
 def _container_env(model: Model, inputs: PodInputs, backend: BackendDefaults) -> list[Json]:

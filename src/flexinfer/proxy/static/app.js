@@ -4,7 +4,7 @@
 
 const POLL_MS = 1000;
 const SVG = "http://www.w3.org/2000/svg";
-const STAGE_COLORS = { queue: "#9aa3b5", drain: "#e39b5b", staging: "#5b8fe3", server_start: "#8b6fd6", health: "#4fb07a" };
+const STAGE_COLORS = { queue: "#9aa3b5", drain: "#e39b5b", staging: "#5b8fe3", server_start: "#8b6fd6", health: "#4fb07a", restore: "#c9a227" };
 const KIND_COLORS = { cold_start: "#5b8fe3", swap: "#e39b5b" };
 const $ = (id) => document.getElementById(id);
 
