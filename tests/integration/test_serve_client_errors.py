@@ -151,5 +151,3 @@ def test_client_mistakes_are_openai_400s_with_a_clean_message(tmp_path: Path) ->
             assert b"content-type: application/json" in head.lower(), (case, head)
             assert json.loads(answer)["error"]["type"] == "invalid_request_error", case
     assert serve.log.count("rejected a malformed request") == len(UNPARSEABLE)
-
-
