@@ -36,8 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support import real_node
-from support.helm_chart import CHART_DIR, pinned_helm
-from support.real_node import IMAGE_VALUES, NAMESPACE, RELEASE, ApiWatch, RealNode, wait_for
+from support.real_node import NAMESPACE, ApiWatch, RealNode, wait_for
 
 IDLE_TIMEOUT = "15s"
 """Both Models idle out this long after their last request, so every round starts with no model server running
@@ -100,10 +99,7 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str) -> dict[st
 def setup(node: RealNode) -> str:
     tars = real_node.build_images("flexinfer", "llamacpp")
     node.import_images(*tars)
-    helm = pinned_helm(node.state_dir / "bench-helm").with_kubeconfig(node.kubeconfig)
-    sets = [arg for value in IMAGE_VALUES for arg in ("--set", value)]
-    helm.run("upgrade", "--install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace", *sets,
-             "--wait", "--timeout", "300s", timeout=330)
+    real_node.install_chart(node)
     real_node.create_weights(node)
     node.apply(real_node.shared_models_manifest())
     for model in ("tiny-a", "tiny-b"):
