@@ -207,7 +207,16 @@ def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) 
     bound = policy.max_wait
     hungry = [m for m in members if m.can_take_demand and m.state != "Active" and m.waiting_since is not None
               and (now - m.waiting_since).total_seconds() >= bound]
-    return min(hungry, key=lambda m: (m.waiting_since or now, m.name), default=None)
+    first = min(hungry, key=lambda m: (m.waiting_since or now, m.name), default=None)
+    if first is None or first.waiting_since is None:
+        return None
+    # Oldest first includes the holder: a holder whose own requests have waited longer (a swap that outlasted
+    # the bound) keeps the GPU until they are forwarded, else two starving members take it from each other
+    # before either serves a request.
+    if any(m.state == "Active" and m.waiting_since is not None and m.waiting_since <= first.waiting_since
+           for m in members):
+        return None
+    return first
 
 
 def _lapsed(m: Member, now: datetime) -> bool:

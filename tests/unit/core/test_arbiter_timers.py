@@ -172,3 +172,21 @@ def test_a_holder_with_requests_queued_for_its_places_is_busy_not_idle() -> None
     assert h.effects(ev.Preempted) == [] and second not in h.outcome
     h.finish(first)
     assert h.outcome[second][0] == "granted"
+
+
+def test_a_holder_with_older_waiting_requests_is_not_preempted_by_a_younger_starving_model() -> None:
+    """Oldest first includes the holder (the arbiter's side of the election's rule): a model Ready a moment
+    ago whose queued requests waited longer than the starving challenger's serves them first."""
+    policy = ArbiterPolicy(max_wait=5, min_hold=10, drain_timeout=20, cold_start_timeout=120)
+    h = Harness([make_model(n, group="gpu0", parallel=1) for n in ("a", "b")], policy, start_delay={A: 8.0, B: 1.0},
+                stop_delay=0.5)
+    first, second = h.request("a"), h.request("a")  # a loads for 8 s; its second request queues for the place
+    h.advance(1.0)
+    h.request("b")
+    h.advance(7.0)  # a Ready at 8: first granted, second still waits (since 0); b waits since 1 (starving)
+    assert h.outcome[first][0] == "granted" and second not in h.outcome
+    assert h.effects(ev.Preempted) == []
+    h.finish(first)
+    assert h.outcome[second][0] == "granted"
+    h.finish(second)
+    assert h.effects(ev.Preempted) == [ev.Preempted("default/gpu0", A, B)]

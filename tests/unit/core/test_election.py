@@ -190,3 +190,19 @@ def test_the_wait_marker_parses_rfc3339_with_an_offset_only() -> None:
                                      "spec": {"backend": "vllm", "source": "hf://x/y"}})
     assert waiting_since_of(marked("2025-01-02T03:04:05Z")) == datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     assert waiting_since_of(marked("garbage")) is None and waiting_since_of(marked(None)) is None
+
+
+def test_a_holder_whose_own_requests_waited_longer_keeps_the_gpu_until_they_are_forwarded() -> None:
+    """Found by the real-node soak: a pod swap that outlasted ``max_wait`` left both members with requests older
+    than the bound; the winner, Ready 50 ms, lost the GPU to the other before the proxy forwarded anything, and
+    the two alternated until every request timed out. Oldest first includes the holder."""
+    policy = ElectionPolicy()
+    a = m("tiny-a", priority=100, phase="Ready", state="Active", ready_since=ago(0.05), last_active=ago(0.05),
+          waiting_since=ago(40), busy=True)
+    c = m("tiny-c", priority=100, phase="Preempted", state="Preempted", preempted_at=ago(1),
+          last_active=ago(35), waiting_since=ago(35))
+    assert elect([a, c], NOW, policy).leader == "tiny-a"
+    forwarded = replace(a, waiting_since=None)  # its requests were forwarded: the marker is gone
+    assert elect([forwarded, c], NOW, policy).reason == "starvation_bound"
+    younger = replace(a, waiting_since=ago(31))
+    assert elect([younger, c], NOW, policy).reason == "starvation_bound"

@@ -223,14 +223,18 @@ def first_choice(slots: Sequence[Slot], now: float, policy: ArbiterPolicy) -> Sl
 def challenger(holder: Slot, slots: Sequence[Slot], now: float, policy: ArbiterPolicy) -> Slot | None:
     """Who should take the GPU from a Ready ``holder`` now, if anyone.
 
-    1. A starving model (oldest ticket waited ``max_wait``) wins, whatever the priorities and the hold.
+    1. A starving model (oldest ticket waited ``max_wait``) wins, whatever the priorities and the hold, unless
+       the holder's own oldest waiting ticket is older still (oldest first: no two starving models take the GPU
+       from each other before either serves).
     2. Within ``min_hold`` after the holder became Ready, nobody else.
     3. The best waiting model wins if the holder is idle (no queued or in-flight requests), or if it has
        strictly higher priority than the busy holder. Pinned models without tickets never preempt.
     """
     others = [s for s in slots if s is not holder and s.queue and s.wants_gpu(now, policy)]
     hungry = starving(others, now, policy)
-    if hungry is not None:
+    held_longer = hungry is not None and holder.oldest_wait is not None and holder.oldest_wait <= (
+        hungry.oldest_wait or now)
+    if hungry is not None and not held_longer:  # oldest first, the holder's own waiting requests included
         return hungry
     if holder.ready_since is not None and now < holder.ready_since + policy.min_hold:
         return None
