@@ -74,9 +74,7 @@ def test_a_crashed_model_that_is_not_kept_running_waits_for_a_request_and_is_mea
     h.send(ev.ModelCrashed(A, "exited"))
     h.advance(100)
     assert len(h.effects(ev.StartModel)) == 1, "no request, no restart"
-    h.request("a")
-    h.advance(3)
-    h.send(ev.ModelReady(A, "ep:a"))
+    start_on_request(h, 3)
     assert cold_starts(h) == [2.0, 3.0], "from the request after the backoff, not from the crash"
 
 
@@ -85,9 +83,7 @@ def test_unloading_a_crashed_pinned_model_drops_its_restart() -> None:
     h.send(ev.Unload(A))
     h.advance(60)
     assert len(h.effects(ev.StartModel)) == 1, "unloaded: not restarted"
-    h.request("a")
-    h.advance(4)
-    h.send(ev.ModelReady(A, "ep:a"))
+    start_on_request(h, 4)
     assert cold_starts(h) == [2.0, 4.0], "measured from the request, not from the crash a minute earlier"
 
 
@@ -107,3 +103,10 @@ def test_a_crashed_member_that_loses_the_gpu_is_measured_from_its_own_next_start
     h.advance(2)
     h.send(ev.ModelReady(A, "ep:a"))
     assert cold_starts(h) == [2.0, 2.0], "from a's own start once b gave the GPU back, not from its crash"
+
+
+def start_on_request(h: Harness, seconds: float) -> None:
+    """A request for ``a`` starts it; its server is Ready ``seconds`` later."""
+    h.request("a")
+    h.advance(seconds)
+    h.send(ev.ModelReady(A, "ep:a"))
