@@ -1,5 +1,6 @@
-"""The manager's HTTP endpoints: ``/metrics`` (Prometheus text from an injected registry) on the metrics
-address, ``/healthz`` and ``/readyz`` on the health-probe address. An address ``0`` disables a server.
+"""The manager's HTTP endpoints: ``/metrics`` (Prometheus text from an injected ``Exposition``, written chunk by
+chunk so that reconciles run between chunks of a large scrape) on the metrics address, ``/healthz`` and
+``/readyz`` on the health-probe address. An address ``0`` disables a server.
 
 ``/healthz`` answers 200 while the process serves; ``/readyz`` asks a callback (the manager: operator
 running as leader, or a standby that can reach the API server). Used by ``flexinfer.manager.program``.
@@ -7,12 +8,14 @@ running as leader, or a standby that can reach the API server). Used by ``flexin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from flexinfer.core.errors import ConfigError
+from flexinfer.manager.ports import Exposition
 
 
 def parse_bind_address(text: str, flag: str) -> tuple[str, int] | None:
@@ -50,9 +53,15 @@ class HttpServer:
         await self._runner.cleanup()
 
 
-def metrics_app(registry: CollectorRegistry) -> web.Application:
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+def metrics_app(exposition: Exposition) -> web.Application:
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE_LATEST})
+        await response.prepare(request)
+        for chunk in exposition():
+            await response.write(chunk)
+            await asyncio.sleep(0)  # the reconciles' turn between chunks
+        await response.write_eof()
+        return response
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

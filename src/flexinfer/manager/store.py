@@ -11,6 +11,10 @@ affects. Reconciles read only from here: no API read per reconcile. Models and M
 pod of each model was deleted (``pods_gone_at``): a device released a moment ago may not be rebound yet, and
 when its watch showed a pod or Deployment turn Ready live (``ready_seen``, ``flexinfer.manager.ready_watch``):
 ``put`` takes the moment the watch delivered a body (``seen``; ``None`` for listings and the manager's own writes).
+
+A pass reads only its unit's objects: ModelCaches and ModelDemands are kept per namespace, GPULeases per
+(namespace, group), each parsed once when stored, so what the store holds elsewhere costs a pass nothing
+(tests/unit/manager/test_pass_cost.py).
 """
 
 from __future__ import annotations
@@ -46,6 +50,15 @@ class Unit:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{'group:' if self.group else ''}{self.name}"
+
+
+@dataclass(frozen=True)
+class StoredCache:
+    """A ModelCache body parsed once: the typed cache (``None`` when invalid) and the fields ignored in it."""
+
+    body: Body
+    cache: ModelCache | None
+    ignored: tuple[FieldProblem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,9 +116,14 @@ class Store:
         self._deployments: dict[Key, Body] = {}
         self._services: dict[Key, Body] = {}
         self._pods: dict[Key, dict[str, Body]] = defaultdict(dict)
-        self._caches: dict[Key, Body] = {}
-        self._leases: dict[Key, Body] = {}
-        self._demands: dict[Key, ModelDemand] = {}
+        self._caches: dict[str, dict[str, StoredCache]] = defaultdict(dict)
+        """Namespace → name → the ModelCache."""
+        self._leases: dict[Key, dict[str, GPULease]] = defaultdict(dict)
+        """(namespace, group) → name → the valid GPULeases of that group."""
+        self._lease_groups: dict[Key, str] = {}
+        """(namespace, name) of a stored GPULease → its group."""
+        self._demands: dict[str, dict[str, ModelDemand]] = defaultdict(dict)
+        """Namespace → name → the proxy's report."""
         self._ready = ReadySightings()
 
     # ---------------------------------------------------------------- updates
@@ -208,11 +226,19 @@ class Store:
         return self._model_units(namespace, model)
 
     def _put_modelcache(self, body: Body) -> list[Unit]:
-        self._caches[key_of(body)] = body
+        namespace, name = key_of(body)
+        try:
+            stored = parse_stored(body)
+        except InvalidResourceError:
+            self._caches[namespace][name] = StoredCache(body, None)
+        else:
+            cache = stored.resource if isinstance(stored.resource, ModelCache) else None
+            self._caches[namespace][name] = StoredCache(body, cache, stored.ignored if cache else ())
         return self._cache_units(body)
 
     def _remove_modelcache(self, body: Body) -> list[Unit]:
-        self._caches.pop(key_of(body), None)
+        namespace, name = key_of(body)
+        self._caches.get(namespace, {}).pop(name, None)
         return self._cache_units(body)
 
     def _cache_units(self, body: Body) -> list[Unit]:
@@ -224,26 +250,39 @@ class Store:
                        and cache_matches_model(cache, p.model)})
 
     def _put_gpulease(self, body: Body) -> list[Unit]:
-        self._leases[key_of(body)] = body
+        units = self._remove_gpulease(body)
+        lease = _typed(body, GPULease)
+        if lease is not None:
+            key = key_of(body)
+            self._leases[(key[0], lease.spec.group)][key[1]] = lease
+            self._lease_groups[key] = lease.spec.group
         group = str((body.get("spec") or {}).get("group") or "")
-        return [Unit(key_of(body)[0], group, True)] if group else []
+        return sorted({*units, Unit(key_of(body)[0], group, True)}) if group else units
 
     def _remove_gpulease(self, body: Body) -> list[Unit]:
-        self._leases.pop(key_of(body), None)
-        group = str((body.get("spec") or {}).get("group") or "")
-        return [Unit(key_of(body)[0], group, True)] if group else []
+        """Forget the stored lease of ``body``'s name; the unit of the group it was stored under."""
+        key = key_of(body)
+        group = self._lease_groups.pop(key, None)
+        if group is None:
+            group = str((body.get("spec") or {}).get("group") or "")
+            return [Unit(key[0], group, True)] if group else []
+        leases = self._leases.get((key[0], group), {})
+        leases.pop(key[1], None)
+        if not leases:
+            self._leases.pop((key[0], group), None)
+        return [Unit(key[0], group, True)]
 
     def _put_modeldemand(self, body: Body) -> list[Unit]:
-        key = key_of(body)
-        old = self._demands.pop(key, None)
+        namespace, name = key_of(body)
+        old = self._demands[namespace].pop(name, None)
         new = _typed(body, ModelDemand)
         if new is not None:
-            self._demands[key] = new
-        return self._demand_units(key[0], old, new)
+            self._demands[namespace][name] = new
+        return self._demand_units(namespace, old, new)
 
     def _remove_modeldemand(self, body: Body) -> list[Unit]:
-        key = key_of(body)
-        return self._demand_units(key[0], self._demands.pop(key, None), None)
+        namespace, name = key_of(body)
+        return self._demand_units(namespace, self._demands.get(namespace, {}).pop(name, None), None)
 
     def _demand_units(self, namespace: str, old: ModelDemand | None, new: ModelDemand | None) -> list[Unit]:
         """Units of the Models whose report changed between ``old`` and ``new``."""
@@ -258,7 +297,7 @@ class Store:
 
     def demands(self, namespace: str) -> list[ModelDemand]:
         """The proxies' ``ModelDemand`` reports in ``namespace``."""
-        return [d for k, d in self._demands.items() if k[0] == namespace]
+        return list(self._demands.get(namespace, {}).values())
 
     def unit_models(self, unit: Unit) -> list[Parsed]:
         """The Models of a unit (a group's members by name), deleted-but-finalizing ones included."""
@@ -293,26 +332,17 @@ class Store:
         return self._pods_gone.get((namespace, model))
 
     def caches(self, namespace: str) -> list[ModelCache]:
-        return [c for c in (_typed(b, ModelCache) for k, b in self._caches.items() if k[0] == namespace)
-                if c is not None]
+        """The valid ModelCaches of ``namespace``."""
+        return [c.cache for c in self._caches.get(namespace, {}).values() if c.cache is not None]
 
     def cache_problems(self, namespace: str) -> list[tuple[Body, ModelCache, tuple[FieldProblem, ...]]]:
         """The ModelCaches of ``namespace`` that had fields ignored: (body, typed cache, ignored fields)."""
-        found = []
-        for key, body in self._caches.items():
-            if key[0] != namespace:
-                continue
-            try:
-                stored = parse_stored(body)
-            except InvalidResourceError:
-                continue
-            if stored.ignored and isinstance(stored.resource, ModelCache):
-                found.append((body, stored.resource, stored.ignored))
-        return found
+        return [(c.body, c.cache, c.ignored) for c in self._caches.get(namespace, {}).values()
+                if c.cache is not None and c.ignored]
 
-    def leases(self, namespace: str) -> list[GPULease]:
-        return [x for x in (_typed(b, GPULease) for k, b in self._leases.items() if k[0] == namespace)
-                if x is not None]
+    def leases(self, namespace: str, group: str) -> list[GPULease]:
+        """The valid GPULeases of ``group`` in ``namespace``."""
+        return list(self._leases.get((namespace, group), {}).values())
 
     def units(self) -> list[Unit]:
         """Every unit with at least one Model."""

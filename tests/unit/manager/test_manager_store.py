@@ -103,7 +103,13 @@ def test_gpu_leases_reconcile_their_group() -> None:
              "metadata": {"name": "l", "namespace": "ns"}, "spec": {"group": "g"}}
     store = Store()
     assert store.put("GPULease", lease) == [Unit("ns", "g", True)]
-    assert [x.spec.group for x in store.leases("ns")] == ["g"]
+    assert [x.spec.group for x in store.leases("ns", "g")] == ["g"]
+    assert store.leases("ns", "other") == [] and store.leases("elsewhere", "g") == []
+    moved = {**lease, "spec": {"group": "h"}}
+    assert store.put("GPULease", moved) == [Unit("ns", "g", True), Unit("ns", "h", True)], "left g, joined h"
+    assert store.leases("ns", "g") == [] and [x.spec.group for x in store.leases("ns", "h")] == ["h"]
+    assert store.remove("GPULease", moved) == [Unit("ns", "h", True)]
+    assert store.leases("ns", "h") == []
 
 
 def demand_body(name: str, models: dict[str, Any], renew: str | None = None) -> dict[str, Any]:
