@@ -8,7 +8,10 @@ collector mostly walks live objects for nothing. With CPython's default threshol
 then walk every waiting request's objects: with 5,000 requests queued for a cold model, 7 full collections
 of ~180 ms each, ~40 % of the process's CPU while the queue drained. ``run`` freezes what start-up created
 (never walked again) and collects the young generation every ``GC_THRESHOLDS[0]`` allocations, so most
-request objects die before any collection sees them (docs/performance.md).
+request objects die before any collection sees them (docs/performance.md). The price: what a reference cycle
+keeps alive waits for that young collection (many minutes at a few requests a second), so the request and swap
+paths must make no cycles (a connection and its parser holding each other, a timer closure that re-arms itself:
+docs/performance.md, "Soak"; the tests use ``tests/support/garbage.py``).
 
 Allocator: on glibc, ``run`` keeps freed memory in the process (``mallopt``: trim threshold
 ``TRIM_THRESHOLD``, mmap threshold ``MMAP_THRESHOLD``) unless the operator set glibc's own ``MALLOC_*_`` or

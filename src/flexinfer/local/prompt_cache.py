@@ -157,6 +157,12 @@ def server_cache(model: Model, slot_dir: str | None, source: Path, binary: Path)
     return ServerCache(Path(slot_dir), identity, cache_max_bytes(model))
 
 
+def write_manifest(directory: Path, identity: Identity, saved: list[SavedSlot]) -> None:
+    """Record in ``directory`` what its saved slots are valid for (compact JSON: the encoder behind ``indent``
+    leaves reference cycles, one set per save, for the cyclic collector that ``serve`` runs rarely)."""
+    (directory / MANIFEST).write_text(json.dumps({**asdict(identity), "slots": [asdict(s) for s in saved]}))
+
+
 def read_manifest(directory: Path) -> dict[str, object] | None:
     """The manifest in ``directory``; ``None`` when there is none; ``ValueError`` when it is unreadable."""
     path = directory / MANIFEST
@@ -210,8 +216,7 @@ class PromptCaches:
             clear(directory)
             return
         if saved:
-            (directory / MANIFEST).write_text(json.dumps(
-                {**asdict(identity), "slots": [asdict(s) for s in saved]}, indent=1))
+            write_manifest(directory, identity, saved)
             log.info("model %s: saved the prompt cache of %d slot(s), %d tokens, %.1f MiB, in %.3fs", key,
                      len(saved), sum(s.tokens for s in saved), sum(s.size for s in saved) / MIB,
                      time.monotonic() - started, extra={"event": "prompt_cache_saved", "model": key})

@@ -37,7 +37,9 @@ HOP_BY_HOP = frozenset({
 _NOT_MIRRORED = HOP_BY_HOP | {"date", "server", REQUEST_ID_HEADER.lower()}
 """Not copied from the model server's answer: hop-by-hop, the proxy's own, and the request id (the proxy
 sets it on every reply; a server that echoes it must not make it appear twice)."""
-_MAX_ORIGINS = 1024
+_MAX_ORIGINS = 64
+"""Parsed base URLs kept by a ``Forwarder``: a few per model in use. Each start of a local model server listens
+on a new port, so a swap storm never asks for most base URLs again; past the bound the oldest one leaves."""
 _PLAIN_TARGET = re.compile(r"/[A-Za-z0-9/_.~:@!$&'()*+,;=?-]*")
 
 
@@ -75,6 +77,10 @@ class Forwarder:
         for pool in self._pools.values():
             await pool.close()
         self._pools = {}
+
+    def origins(self) -> int:
+        """How many parsed base URLs are kept (at most ``_MAX_ORIGINS``)."""
+        return len(self._origins)
 
     async def relay(self, reply: Reply, *, method: str, base_url: str, path: str, headers: CIMultiDict[str],
                     body: bytes, trace: RequestTrace, verbatim: bool = False) -> None:
@@ -125,7 +131,7 @@ class Forwarder:
             secure = parts.scheme == "https"
             cached = (secure, parts.hostname, parts.port or (443 if secure else 80), parts.path.rstrip("/"))
             if len(self._origins) >= _MAX_ORIGINS:
-                self._origins.clear()
+                del self._origins[next(iter(self._origins))]
             self._origins[base_url] = cached
         return cached
 

@@ -52,28 +52,33 @@ class Connection(asyncio.Protocol):
         self.holds_place = False
         """Counted against the pool's limit: its loss frees the place (set once the connect succeeded)."""
         self._response: UpstreamResponse | None = None
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = None
+        """While connected (``connection_made`` to ``connection_lost``): the parser holds this protocol's
+        callbacks, a reference cycle that would keep a closed connection (its transport, its parser) in memory
+        until the cyclic collector runs, which a server's garbage collector settings make rare."""
         self._paused = False
         self._drained: asyncio.Future[None] | None = None
 
     # ---- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not registered subclasses
+        self._parser = httptools.HttpResponseParser(self)
 
     def data_received(self, data: bytes) -> None:
-        response = self._response
-        if response is None:  # bytes nobody asked for: the connection cannot be trusted any more
+        response, parser = self._response, self._parser
+        if response is None or parser is None:  # bytes nobody asked for: the connection cannot be trusted any more
             self.close()
             return
         response.received = True
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError as exc:
             response.fail(exc)
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._parser = None
         self._on_lost(self)
         if self._response is not None:
             self._response.connection_lost()
@@ -98,13 +103,13 @@ class Connection(asyncio.Protocol):
         self._response.raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
-        response = self._response
-        assert response is not None
-        status = self._parser.get_status_code()
+        response, parser = self._response, self._parser
+        assert response is not None and parser is not None
+        status = parser.get_status_code()
         if 100 <= status < 200 and status != 101:  # an interim answer: wait for the real one
             response.reason, response.raw_headers = "", []
             return
-        response.headers_complete(status, self._parser.should_keep_alive())
+        response.headers_complete(status, parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
         assert self._response is not None

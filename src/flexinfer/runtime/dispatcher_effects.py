@@ -136,17 +136,17 @@ class EffectRunner:
         self.cancel_wake()
         if at is None or not auto:
             return
-        loop = asyncio.get_running_loop()
+        self._wake = asyncio.get_running_loop().call_later(max(at - clock(), 0.0), self._fire, at, clock)
 
-        def fire() -> None:
-            left = at - clock()
-            if left > 0:
-                self._wake = loop.call_later(left, fire)
-                return
-            self._wake = None
-            self._post(ev.Tick(clock()))
-
-        self._wake = loop.call_later(max(at - clock(), 0.0), fire)
+    def _fire(self, at: float, clock: Callable[[], float]) -> None:
+        """The wake-up timer (a method, not a closure: a closure that re-arms itself is a reference cycle, left
+        for the cyclic collector at every swap)."""
+        left = at - clock()
+        if left > 0:
+            self._wake = asyncio.get_running_loop().call_later(left, self._fire, at, clock)
+            return
+        self._wake = None
+        self._post(ev.Tick(clock()))
 
     def cancel_wake(self) -> None:
         if self._wake is not None:

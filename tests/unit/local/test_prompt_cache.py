@@ -1,5 +1,6 @@
 """Prompt-cache settings, where a cache lives, what it is valid for, and the removal of undeclared models'
-caches (the save/restore round trip with the real server: tests/integration/test_prompt_cache.py)."""
+caches, and a manifest written without reference cycles (the save/restore round trip with the real server:
+tests/integration/test_prompt_cache.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from flexinfer.local.prompt_cache import (
     FileIdentity,
     Identity,
     PromptCaches,
+    SavedSlot,
     cache_dir,
     cache_settings,
     has_saved,
     mismatch,
     read_manifest,
+    write_manifest,
 )
+from support.garbage import unreachable_cycles
 from support.local_processes import make_model
 
 
@@ -79,3 +83,16 @@ def test_prune_removes_only_the_caches_of_undeclared_models(tmp_path: Path) -> N
     assert sorted(removed) == [shm / "default" / "gone.prompt-cache", state / "default" / "gone"]
     assert (shm / "default" / "gone").exists()  # staged weights: not a cache
     assert (state / "team" / "other").exists()  # holds a file the cache never writes
+
+
+def test_a_manifest_is_written_without_reference_cycles(tmp_path: Path) -> None:
+    """Every swap saves the outgoing server's cache: its manifest must not leave cycles for the collector."""
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"w")
+    identity = Identity(FileIdentity.of(weights), FileIdentity.of(weights))
+    with unreachable_cycles() as cycles:
+        for _ in range(3):
+            write_manifest(tmp_path, identity, [SavedSlot(0, "slot-0.bin", 47, 1024)])
+    assert cycles == []
+    manifest = read_manifest(tmp_path)
+    assert manifest is not None and mismatch(manifest, identity) is None and len(manifest["slots"]) == 1  # type: ignore[arg-type]

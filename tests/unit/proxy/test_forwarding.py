@@ -1,15 +1,19 @@
 """``Forwarder.relay`` (flexinfer.proxy.forwarding) against the fake OpenAI server on a real socket, with the
 client side recorded send by send: a short answer that arrived whole goes out in one send (head and body
-together), a stream still goes out chunk by chunk as it arrives."""
+together), a stream still goes out chunk by chunk as it arrives; the base URLs of model servers that stopped
+(a swap storm: each start on a new port) leave a bounded number of parsed origins behind."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
+import pytest
 from multidict import CIMultiDict
 
+from flexinfer.core.errors import UpstreamError
 from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.front.message import Link, ResponseWriter
 from flexinfer.proxy.hooks import NullTracer
@@ -66,3 +70,25 @@ async def test_a_stream_is_still_sent_as_it_arrives(fake: FakeOpenAI) -> None:
     fake.hold_after_first_chunk.set()
     sends = await relaying
     assert b"data: [DONE]" in b"".join(sends) and len(sends) > 1
+
+
+def stopped_server_url() -> str:
+    """The base URL of a model server that has stopped: a loopback port nothing listens on any more."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_a_swap_storms_endpoints_leave_a_bounded_number_of_parsed_origins() -> None:
+    """Each start of a local model server listens on a new port: after 200 of them the forwarder keeps the parsed
+    origins of a few recent base URLs (at most 64), not one for every server that ever ran."""
+    forwarder = Forwarder(1.0)
+    await forwarder.start()
+    for _ in range(200):
+        reply = Reply(ResponseWriter(Link(SentToClient()), http10=False, keep_alive=True, head_only=False), {})
+        with pytest.raises(UpstreamError, match="upstream unavailable"):
+            await forwarder.relay(reply, method="POST", base_url=stopped_server_url(), path="/v1/completions",
+                                  headers=CIMultiDict(), body=b"{}",
+                                  trace=NullTracer().start_request("POST", "/v1/completions", {}))
+    assert forwarder.origins() == 64
+    await forwarder.close()

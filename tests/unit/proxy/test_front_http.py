@@ -1,6 +1,7 @@
 """HTTP/1.1 on the proxy's front server (``flexinfer.proxy.front``), spoken as raw bytes over a real socket:
 pipelined requests answered in order (proxied and control routes mixed), ``Expect: 100-continue``, HTTP/1.0,
-a chunked request body, an over-long head (431), an upgrade offer, HEAD, and the keep-alive idle sweep."""
+a chunked request body, an over-long head (431), an upgrade offer, HEAD, the keep-alive idle sweep, and
+connections that closed leaving nothing in memory."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from aiohttp.test_utils import TestServer
 
 from flexinfer.proxy.forwarding import Forwarder
 from flexinfer.proxy.front import server as front_server
+from flexinfer.proxy.front.connection import FrontConnection
+from support.garbage import instances, unreachable_cycles
 from support.polling import eventually
 
 BODY = b'{"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}'
@@ -240,3 +243,16 @@ async def test_a_client_that_leaves_mid_answer_is_logged_as_499(make_proxy, fake
     fake.hold_after_first_chunk.set()
     [line] = [r.getMessage() for r in caplog.records if r.name == "flexinfer.access"]
     assert " status=499 " in line and " stream=true " in line
+
+
+async def test_client_connections_that_closed_are_freed_without_the_cyclic_collector(make_proxy) -> None:
+    """``serve`` and ``proxy`` run with the cyclic collector nearly off: a client connection must not be a
+    reference cycle once closed, or each one stays in memory (with its parser) for many minutes."""
+    proxy = await make_proxy()
+    with unreachable_cycles():
+        for _ in range(3):
+            reader, writer = await _open(proxy.url)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + _post())
+            assert [(await _answer(reader))[0] for _ in range(2)] == [b"HTTP/1.1 200 OK"] * 2
+            writer.close()
+        await eventually(lambda: instances(FrontConnection) == 0, 5, interval=0.05)

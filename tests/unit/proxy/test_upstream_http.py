@@ -16,6 +16,7 @@ import uvloop
 
 from flexinfer.proxy.upstream_http import UpstreamBodyError, UpstreamConnectionError
 from flexinfer.proxy.upstream_pool import UpstreamPool
+from support.garbage import kinds, unreachable_cycles
 from support.polling import eventually
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Upstream"], Awaitable[None]]
@@ -391,3 +392,27 @@ async def test_a_server_that_went_away_leaves_nothing_in_the_pool() -> None:
                 stop.set()
                 await eventually(lambda pool=pool: pool.held() == 0 and not pool.servers(), 5)
         await pool.close()
+
+
+@on_both_loops
+async def test_connections_that_closed_are_freed_without_the_cyclic_collector() -> None:
+    """``serve`` runs with the cyclic collector nearly off: a connection whose model server stopped, or whose
+    connect was refused, must not be a reference cycle, or every swap leaves connections (transport, parser) in
+    memory for many minutes."""
+    stop = asyncio.Event()
+
+    async def answer_until_stopped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Upstream) -> None:
+        await up.read_request(reader)
+        writer.write(OK)
+        await stop.wait()
+
+    with unreachable_cycles() as cycles:
+        pool = UpstreamPool(5.0)
+        async with Upstream(answer_until_stopped) as up:
+            assert list(await asyncio.gather(fetch(pool, up.port), fetch(pool, up.port))) == [(200, b"{}")] * 2
+            stop.set()
+            await eventually(lambda: pool.held() == 0 and not pool.servers(), 5)
+        with pytest.raises(UpstreamConnectionError):
+            await fetch(pool, up.port)  # nothing listens there any more
+        await pool.close()
+    assert not kinds(cycles) & {"Connection", "HttpResponseParser"}

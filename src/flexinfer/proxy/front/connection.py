@@ -103,7 +103,9 @@ class FrontConnection(asyncio.BufferedProtocol):
 
     def __init__(self, server: Exchanges, on_open: Callable[[FrontConnection], None]) -> None:
         self._server, self._on_open = server, on_open
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        """Dropped when the connection is lost: it holds this protocol's callbacks, a reference cycle that would
+        keep a closed connection in memory until the cyclic collector runs (rarely, with a server's settings)."""
         self._link: Link | None = None
         self._url = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
@@ -137,13 +139,14 @@ class FrontConnection(asyncio.BufferedProtocol):
         return self._server.read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._stopped:
+        parser = self._parser
+        if self._stopped or parser is None:
             return
         self.last_active = time.monotonic()
         if self._current is None:
             self._head_bytes += nbytes
         try:
-            self._parser.feed_data(self._server.read_buffer[:nbytes])
+            parser.feed_data(self._server.read_buffer[:nbytes])
         except httptools.HttpParserUpgrade:
             pass  # no protocol switch is offered: the request is answered over HTTP/1.1, then the connection ends
         except httptools.HttpParserError as exc:
@@ -155,7 +158,7 @@ class FrontConnection(asyncio.BufferedProtocol):
             if self._head_bytes > MAX_HEAD:
                 self._reject(_head_too_large(f"a request head over {MAX_HEAD} bytes"))
             elif self._url and not self._raw_headers and versionless_request_line(
-                    self._server.read_buffer[:nbytes], self._parser.get_method(), self._url):
+                    self._server.read_buffer[:nbytes], parser.get_method(), self._url):
                 self._reject(_unsupported_version("0.9"))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -169,6 +172,7 @@ class FrontConnection(asyncio.BufferedProtocol):
         if self._task is not None:
             self._task.cancel()
         self._queue.clear()
+        self._parser = None
         self._server.closed(self)
 
     def pause_writing(self) -> None:
@@ -200,8 +204,8 @@ class FrontConnection(asyncio.BufferedProtocol):
         self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        assert self._link is not None
         parser = self._parser
+        assert self._link is not None and parser is not None
         self._head_bytes = 0
         version = parser.get_http_version()
         if version not in _VERSIONS:
