@@ -8,6 +8,7 @@ ConfigMap beside them is skipped by ``serve`` with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -103,6 +104,46 @@ def test_logs_since_and_follow(serve: ServeProcess) -> None:
     assert cli("logs", "left", "--since", "0s", *url).stdout == ""
     bad = cli("logs", "left", "--since", "ten", *url)
     assert bad.returncode == 2 and "--since" in bad.stderr
+
+
+@contextlib.contextmanager
+def sigint_left(state: str) -> Iterator[None]:
+    """What a parent leaves its children: SIGINT as is, ignored (a job a script started with ``&``) or blocked."""
+    if state == "ignored":
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    elif state == "blocked":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    else:
+        yield
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored", "blocked"])
+def test_logs_follow_ends_on_interrupt_from_the_start(serve: ServeProcess, inherited: str) -> None:
+    """SIGINT from the moment it runs, again until it ends: ``logs -f`` always ends, with exit 0 once it can see
+    the signal, even when its parent left SIGINT ignored or blocked (it was then left running forever)."""
+    command = [sys.executable, "-m", "flexinfer.cli.main", "logs", "left", "-f", "--url", serve.url]
+    for attempt in range(3):
+        with sigint_left(inherited):
+            follow = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda proc=follow: proc.send_signal(signal.SIGINT) or proc.poll() is not None, timeout=30,
+                       message=f"logs -f ended by SIGINT (attempt {attempt}, SIGINT {inherited})")
+        finally:
+            if follow.poll() is None:
+                follow.kill()
+            stderr = follow.communicate(timeout=30)[1]
+        assert "Traceback" not in stderr, stderr
+        # as is, SIGINT may end it before Python has a handler (killed by it) or during start-up (130)
+        expected = {0, 130, -signal.SIGINT} if inherited == "default" else {0}
+        assert follow.returncode in expected, (follow.returncode, stderr)
 
 
 def test_completion_scripts_and_callback(tmp_path: Path) -> None:

@@ -1,15 +1,18 @@
 """``flexinfer logs MODEL [--tail N] [--since 10m] [-f] [--url URL]``: the captured output of a model's server,
 from a running ``flexinfer serve`` (kept across restarts and crashes, so a failed start can be diagnosed).
 ``--since`` keeps the lines written in that last duration; ``-f/--follow`` keeps printing new lines until
-Ctrl-C (exit 0) or until ``serve`` goes away (exit 1). A model that has not run since ``serve`` started is an
-error saying so (exit 1), except with ``--follow``, which waits for its first output."""
+Ctrl-C (exit 0, even when the parent left SIGINT ignored or blocked) or until ``serve`` goes away (exit 1). A
+model that has not run since ``serve`` started is an error saying so (exit 1), except with ``--follow``, which
+waits for its first output."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 import urllib.parse
+from types import FrameType
 from typing import Any
 
 from flexinfer.api.errors import FlexInferError
@@ -42,24 +45,44 @@ def _window(args: argparse.Namespace, after: int | None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.follow:
+        return _follow(args)
     body = _window(args, None)
-    if body.get("started") is False and not args.follow:
+    if body.get("started") is False:
         raise FlexInferError(f"model {body['model']} has not run since this `flexinfer serve` started, so there is "
                              "no output to show (a request to it starts it; `flexinfer status` shows its phase)")
-    if not body["lines"] and args.tail and not args.follow:
+    if not body["lines"] and args.tail:
         print(f"flexinfer logs: model {body['model']} has written no output yet", file=sys.stderr)
     _write(body["lines"])
-    if not args.follow:
-        return 0
-    after = int(body["next"])
+    return 0
+
+
+def _follow(args: argparse.Namespace) -> int:
+    """Print the window, then new lines every ``FOLLOW_POLL_SECONDS`` until Ctrl-C (exit 0)."""
     try:
+        _end_on_interrupt()
+        body = _window(args, None)
         while True:
-            time.sleep(FOLLOW_POLL_SECONDS)
-            body = _window(args, after)
             _write(body["lines"])
             after = int(body["next"])
+            time.sleep(FOLLOW_POLL_SECONDS)
+            body = _window(args, after)
     except KeyboardInterrupt:
         return 0
+
+
+def _end_on_interrupt() -> None:
+    """Make SIGINT end ``--follow`` whatever the parent left: a job that a non-interactive shell starts with
+    ``&`` inherits SIGINT ignored (Python then installs no handler of its own, so nothing would end it), and a
+    parent may leave it blocked. The first SIGINT raises ``KeyboardInterrupt``; later ones are ignored, so a
+    second Ctrl-C cannot break the exit."""
+    signal.signal(signal.SIGINT, _interrupted)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _write(lines: list[str]) -> None:

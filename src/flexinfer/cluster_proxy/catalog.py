@@ -19,17 +19,19 @@ from flexinfer.api.model import Model
 from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
 from flexinfer.core.phases import READY
+from flexinfer.core.profiles import served_name, served_name_args
 from flexinfer.runtime.ports import ModelView
 
 _SOURCE_PREFIXES = ("HF://", "hf://", "ollama://", "file://")
 
 
 def backend_model_name(model: Model) -> str:
-    """The ``model`` field the backend expects (spec §6.4): ``spec.config.servedModelName``, else the model
-    id from ``spec.source`` (scheme stripped; ``pvc://claim/sub/path`` → ``/sub/path``)."""
-    configured = model.spec.config.get("servedModelName")
-    if isinstance(configured, str) and configured:
-        return configured
+    """The ``model`` field the backend expects (spec §6.4): ``served_name`` (``spec.config.servedModelName``,
+    else the model's name, as locally) when it is configured or the manager tells the server that name
+    (``served_name_args``: llama.cpp, vLLM); else the model id from ``spec.source`` (scheme stripped;
+    ``pvc://claim/sub/path`` → ``/sub/path``), what servers told no name answer to."""
+    if model.spec.config.get("servedModelName") or served_name_args(model):
+        return served_name(model)
     source = model.spec.source
     if source.startswith("pvc://"):
         _, _, sub = source[len("pvc://"):].partition("/")

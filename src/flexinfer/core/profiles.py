@@ -8,9 +8,11 @@ server is started and probed, and how many requests it runs at once: ``parallel_
 ``spec.config.parallel``, the server flag in ``spec.config.args``, or the backend default — 1 for
 llama.cpp) is what its server is told (``parallel_args``: ``--parallel N`` for llama.cpp,
 ``--max-num-seqs N`` for vLLM) and what the arbiter grants it at once, so one client's request
-never shares a slot with (or interrupts) another's; ``config_args`` are the extra server arguments of
-``spec.config.args`` both engines append. Pure data plus selectors; used by
-``flexinfer.core.manifests.render``, ``flexinfer.local.profiles`` and the arbiter (``Slot.capacity``).
+never shares a slot with (or interrupts) another's; ``served_name`` is the name the server answers to in both
+engines (``served_name_args`` tells it: ``--alias`` for llama.cpp, ``--served-model-name`` for vLLM);
+``config_args`` are the extra server arguments of ``spec.config.args`` both engines append, last. Pure data
+plus selectors; used by ``flexinfer.core.manifests.render``, ``flexinfer.local.profiles``, the in-cluster
+proxy's catalog and the arbiter (``Slot.capacity``).
 """
 
 from __future__ import annotations
@@ -75,9 +77,12 @@ class BackendDefaults:
     startup_path: str
     needs_volume: bool = True
     args: tuple[str, ...] = ()
+    """Container args; ``{model}`` and ``{port}`` are substituted."""
     hf_model_flag: str | None = None
     """Replaces ``--model`` in ``args`` for ``HF://`` sources (llama.cpp downloads with ``--hf-repo``)."""
-    """Container args; ``{model}`` and ``{port}`` are substituted."""
+    served_name_flag: str | None = None
+    """The server's flag for the name it answers to (``served_name_args``); without one it answers to what it
+    loads."""
     env: tuple[tuple[str, str], ...] = ()
     parallel_flags: tuple[str, ...] = ()
     """The server's flag for how many requests it runs at once (first = the one FlexInfer passes)."""
@@ -87,19 +92,22 @@ class BackendDefaults:
 
 _SERVE_ARGS = ("--model", "{model}", "--host", "0.0.0.0", "--port", "{port}")
 _VLLM_PARALLEL = ("--max-num-seqs",)
+_VLLM_SERVED_NAME = "--served-model-name"
 PARALLEL_FIELD = "spec.config.parallel"
 BACKENDS: dict[str, BackendDefaults] = {
     "vllm": BackendDefaults(
         "vllm", {"rocm": "rocm/vllm:latest", "cuda": "vllm/vllm-openai:latest", "cpu": "vllm/vllm-openai:latest"},
-        8000, "/health", "/health", args=_SERVE_ARGS, parallel_flags=_VLLM_PARALLEL),
+        8000, "/health", "/health", args=_SERVE_ARGS, parallel_flags=_VLLM_PARALLEL,
+        served_name_flag=_VLLM_SERVED_NAME),
     "vllm-omni": BackendDefaults(
         "vllm-omni", {"rocm": "rocm/vllm:latest", "cuda": "vllm/vllm-openai:latest", "cpu": "vllm/vllm-openai:latest"},
-        8000, "/health", "/health", args=_SERVE_ARGS, parallel_flags=_VLLM_PARALLEL),
+        8000, "/health", "/health", args=_SERVE_ARGS, parallel_flags=_VLLM_PARALLEL,
+        served_name_flag=_VLLM_SERVED_NAME),
     "llamacpp": BackendDefaults(
         "llamacpp", {"rocm": "ghcr.io/ggml-org/llama.cpp:server-rocm",
                      "cuda": "ghcr.io/ggml-org/llama.cpp:server-cuda", "cpu": "ghcr.io/ggml-org/llama.cpp:server"},
         8080, "/health", "/health", args=_SERVE_ARGS, hf_model_flag="--hf-repo",
-        parallel_flags=("--parallel", "-np"), parallel=1),
+        parallel_flags=("--parallel", "-np"), parallel=1, served_name_flag="--alias"),
     "ollama": BackendDefaults(
         "ollama", {"rocm": "ollama/ollama:rocm", "cuda": "ollama/ollama:latest", "cpu": "ollama/ollama:latest"},
         11434, "/api/version", "/api/version", needs_volume=False, env=(("OLLAMA_HOST", "0.0.0.0:11434"),)),
@@ -166,6 +174,25 @@ def declared_parallel(model: Model) -> int | None:
         return parallel_requests(model)
     except ConfigError:
         return _default_parallel(model)
+
+
+def served_name(model: Model) -> str:
+    """The name the model server answers to, in both engines: ``spec.config.servedModelName``, else the model's
+    name. ``spec.litellm.servedModelName`` is a public name the proxy resolves; it never reaches the server."""
+    configured = model.spec.config.get("servedModelName")
+    if isinstance(configured, str) and configured:
+        return configured
+    return model.name
+
+
+def served_name_args(model: Model) -> tuple[str, ...]:
+    """``(flag, served_name(model))`` for a backend whose server is told the name it answers to (llama.cpp
+    ``--alias``, vLLM ``--served-model-name``), so a response's ``model`` is that name and not a file path;
+    empty for the others."""
+    backend = BACKENDS.get(model.backend)
+    if backend is None or backend.served_name_flag is None:
+        return ()
+    return (backend.served_name_flag, served_name(model))
 
 
 def config_args(model: Model) -> tuple[str, ...]:

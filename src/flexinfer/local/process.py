@@ -10,7 +10,8 @@ over (drained, or abandoned by their clients), so what it still does on SIGTERM 
 SIGINT is the second signal that makes servers such as uvicorn (llama-cpp-python, vLLM) stop waiting for
 abandoned generations instead of holding the stop for the whole grace.
 Waiting for the exit never depends on another task, so a cancelled watcher cannot leave a waiter hanging.
-Used by ``flexinfer.local.engine``.
+``last_server_line`` picks the server's own last line out of its output (why a server that exits at start
+did). Used by ``flexinfer.local.engine``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from flexinfer.local.logs import ModelLog, pump
 
 log = logging.getLogger(__name__)
 PUMP_DRAIN_SECONDS = 1.0
+MARKER = "--- flexinfer: "
+"""Starts the lines FlexInfer adds to a server's output (its command, its exit)."""
+SAID_CHARS = 300
+"""The most of a server's last line an error's first line quotes (``last_server_line``)."""
 PARENT_DEATH_SIGNAL = signal.SIGTERM
 """What a child receives when ``serve`` dies without stopping it (Linux ``PR_SET_PDEATHSIG``)."""
 _PR_SET_PDEATHSIG = 1
@@ -81,7 +86,7 @@ class ServerProcess:
                     cwd: str | None = None) -> ServerProcess:
         """Start ``argv`` in a new session with stdin closed and stdout+stderr captured into ``output``."""
         output.open_file()
-        output.add_line(f"--- flexinfer: starting {' '.join(argv)}")
+        output.add_line(f"{MARKER}starting {' '.join(argv)}")
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
@@ -89,7 +94,7 @@ class ServerProcess:
                 preexec_fn=die_with_parent(os.getpid()),
             )
         except OSError as exc:
-            output.add_line(f"--- flexinfer: cannot start: {exc}")
+            output.add_line(f"{MARKER}cannot start: {exc}")
             raise EngineError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
         return cls(proc, output)
 
@@ -100,7 +105,7 @@ class ServerProcess:
 
     async def _wait_exit(self) -> None:
         code = await self._proc.wait()
-        self.output.add_line(f"--- flexinfer: process {self.pid} exited with {describe_exit(code)}")
+        self.output.add_line(f"{MARKER}process {self.pid} exited with {describe_exit(code)}")
         self.exited.set()
         if self._kill_timer is not None:
             self._kill_timer.cancel()
@@ -166,6 +171,15 @@ class ServerProcess:
             self._pump.cancel()
         self.output.flush()
         return code
+
+
+def last_server_line(lines: Sequence[str], limit: int = SAID_CHARS) -> str | None:
+    """The server's own last non-blank line among ``lines`` (FlexInfer's ``--- flexinfer:`` lines skipped),
+    cut to ``limit`` characters; ``None`` when it wrote nothing."""
+    said = next((line.strip() for line in reversed(lines) if line.strip() and not line.startswith(MARKER)), None)
+    if said is None or len(said) <= limit:
+        return said
+    return said[:limit - 1] + "…"
 
 
 def describe_exit(code: int) -> str:

@@ -6,8 +6,9 @@ for it by the profile's choice key (``spec.config.llamacppServer: python`` → `
 llama_cpp.server``, llama-cpp-python's server: for a machine where only pip-installed wheels are available,
 or for its own options such as ``--chat_format``); an explicit ``spec.config.command`` (list form) overrides
 the profile for any backend. Placeholders ``{model_path}``, ``{port}``, ``{host}``, ``{served_name}`` and
-``{python}`` are substituted textually (other braces are left alone). Servers that take a parallel
-capacity get it (``--parallel N`` for ``llama-server``, ``--max-num-seqs N`` for vLLM; N from
+``{python}`` are substituted textually (other braces are left alone); ``{served_name}`` is
+``flexinfer.core.profiles.served_name``, the name the Kubernetes engine gives the same server. Servers that
+take a parallel capacity get it (``--parallel N`` for ``llama-server``, ``--max-num-seqs N`` for vLLM; N from
 ``flexinfer.core.profiles.parallel_requests``, 1 for llama.cpp unless configured); ``python -m
 llama_cpp.server`` runs one request at a time and is started with ``--interrupt_requests False``, so a new
 request waits for the running one instead of cutting it short. ``llama-server`` is started at
@@ -29,7 +30,7 @@ from typing import Protocol
 
 from flexinfer.api.model import Model
 from flexinfer.core.errors import ConfigError, EngineError
-from flexinfer.core.profiles import config_args, parallel_args
+from flexinfer.core.profiles import config_args, parallel_args, served_name
 
 PLACEHOLDERS = ("model_path", "port", "host", "served_name", "python")
 DEFAULT_COMMAND_HEALTH_PATH = "/v1/models"
@@ -156,15 +157,6 @@ class LaunchPlan:
     """``spec.config.command`` or ``<backend> via <variant label>`` (for messages)."""
     slot_dir: str | None = None
     """The directory the server saves slot prompt caches in (``--slot-save-path``), when FlexInfer gave it one."""
-
-
-def served_name(model: Model) -> str:
-    """The name the server answers to: ``spec.config.servedModelName`` (what the proxy rewrites request bodies
-    to), else the model's name."""
-    configured = model.spec.config.get("servedModelName")
-    if isinstance(configured, str) and configured:
-        return configured
-    return model.name
 
 
 def substitute(template: Sequence[str], values: Mapping[str, str]) -> tuple[str, ...]:

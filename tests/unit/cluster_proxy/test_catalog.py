@@ -81,18 +81,23 @@ def test_index_follows_store_changes() -> None:
     assert resolved(cat, "x") == "default/b"
 
 
-@pytest.mark.parametrize(("source", "config", "expected"), [
-    ("HF://org/llama", {}, "org/llama"),
-    ("ollama://qwen3:8b", {}, "qwen3:8b"),
-    ("file:///models/m.gguf", {}, "/models/m.gguf"),
-    ("pvc://weights/sub/dir", {}, "/sub/dir"),
-    ("HF://org/llama", {"servedModelName": "llama"}, "llama"),
+@pytest.mark.parametrize(("backend", "source", "config", "expected"), [
+    # told the model's name (--alias, --served-model-name): it answers to it, as locally
+    ("llamacpp", "pvc://weights/sub/dir", {}, "m"),
+    ("vllm", "HF://org/llama", {}, "m"),
+    ("vllm-omni", "HF://org/llama", {}, "m"),
+    ("vllm", "HF://org/llama", {"servedModelName": "llama"}, "llama"),
+    ("llamacpp", "file:///models/m.gguf", {"servedModelName": "llama"}, "llama"),
+    # told no name: it answers to what it loads
+    ("ollama", "ollama://qwen3:8b", {}, "qwen3:8b"),
+    ("mlc-llm", "HF://org/llama", {}, "org/llama"),
+    ("mlc-llm", "file:///models/m", {}, "/models/m"),
+    ("mlc-llm", "pvc://weights/sub/dir", {}, "/sub/dir"),
+    ("ollama", "ollama://qwen3:8b", {"servedModelName": "qwen"}, "qwen"),
 ])
-def test_backend_model_name_follows_the_source_unless_configured(source: str, config: dict[str, str],
-                                                                  expected: str) -> None:
-    spec: dict[str, Any] = {"source": source, "config": config}
-    if source.startswith("pvc://"):
-        spec["backend"] = "llamacpp"
+def test_backend_model_name_is_the_name_the_server_answers_to(backend: str, source: str, config: dict[str, str],
+                                                              expected: str) -> None:
+    spec: dict[str, Any] = {"backend": backend, "source": source, "config": config}
     assert backend_model_name(model("m", **spec)) == expected
     assert WatchCatalog(_store_with(model("m", **spec))).resolve("m").served_model_name == expected  # type: ignore[union-attr]
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from flexinfer.core.errors import EngineError
-from flexinfer.local.profiles import PROFILES, plan_launch, served_name, substitute
+from flexinfer.core.profiles import served_name
+from flexinfer.local.profiles import PROFILES, plan_launch, substitute
 from support.local_processes import make_model
 
 

@@ -9,7 +9,7 @@ import signal
 import sys
 
 from flexinfer.local.logs import ModelLog
-from flexinfer.local.process import ServerProcess
+from flexinfer.local.process import ServerProcess, last_server_line
 from support.local_processes import alive
 from support.polling import eventually
 
@@ -68,3 +68,12 @@ async def test_a_child_started_after_its_parent_died_ends_itself() -> None:
     proc = await asyncio.create_subprocess_exec(*SLEEPER, preexec_fn=preexec)
     async with asyncio.timeout(5):
         assert await proc.wait() == -signal.SIGKILL
+
+
+def test_last_server_line_is_the_servers_own_last_words() -> None:
+    started = "--- flexinfer: starting llama-server --bogus-flag"
+    exited = "--- flexinfer: process 7 exited with status 1"
+    assert last_server_line([started, "error: invalid argument: --bogus-flag", "  ", exited]) == (
+        "error: invalid argument: --bogus-flag")
+    assert last_server_line([started, exited]) is None
+    assert last_server_line(["x" * 20], limit=10) == "x" * 9 + "…"

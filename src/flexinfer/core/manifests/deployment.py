@@ -20,7 +20,7 @@ from flexinfer.core.manifests.volumes import (
     TERMINATION_MESSAGE,
     compile_cache_mount,
     compile_cache_volume,
-    flash_loader_container,
+    flash_init_containers,
     flash_tmpfs_volume,
     model_mount,
     model_volume,
@@ -34,6 +34,7 @@ from flexinfer.core.profiles import (
     compile_cache_host_dir,
     config_args,
     parallel_args,
+    served_name_args,
 )
 
 Json = dict[str, Any]
@@ -88,7 +89,7 @@ def pod_spec(model: Model, inputs: PodInputs, replicas: int) -> Json:
         "volumes": volumes,
     }
     if inputs.flash_loader.enabled and backend.needs_volume:
-        spec["initContainers"] = [flash_loader_container(model, inputs.flash_loader)]
+        spec["initContainers"] = flash_init_containers(model, inputs.flash_loader)
     spec.update(_scheduling(model, inputs, replicas))
     return spec
 
@@ -181,13 +182,15 @@ def model_reference(model: Model) -> str:
 
 
 def container_args(model: Model, backend: BackendDefaults) -> list[str]:
-    """The backend's argument template with ``{model}``/``{port}`` filled in, plus its parallel capacity
-    (``--parallel N`` for llama.cpp: the number of requests the proxy lets through to it at once; left to
-    ``spec.config.args`` when they set it), then ``spec.config.args`` (as the local engine appends them)."""
+    """The backend's argument template with ``{model}``/``{port}`` filled in, the name the server answers to
+    (``--alias NAME`` for llama.cpp, ``--served-model-name NAME`` for vLLM: the local engine's name, not the
+    path it loads), its parallel capacity (``--parallel N`` for llama.cpp: the number of requests the proxy
+    lets through to it at once; left to ``spec.config.args`` when they set it), then ``spec.config.args``
+    unchanged and last (as the local engine appends them)."""
     args = [arg.format(model=model_reference(model), port=backend.port) for arg in backend.args]
     if backend.hf_model_flag and model.spec.source.lower().startswith("hf://"):
         args = [backend.hf_model_flag if arg == "--model" else arg for arg in args]
-    return args + list(parallel_args(model)) + list(config_args(model))
+    return args + list(served_name_args(model)) + list(parallel_args(model)) + list(config_args(model))
 
 
 def _container_env(model: Model, inputs: PodInputs, backend: BackendDefaults) -> list[Json]:
