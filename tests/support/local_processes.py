@@ -46,15 +46,19 @@ def alive(pid: int) -> bool:
 
 
 class Stages:
-    """A ``ServerReporter`` that records the stages and exits it was told."""
+    """A ``ServerReporter`` that records the stages, memory measurements and exits it was told."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.memory: list[float] = []
         self.exits: list[str] = []
         self.exited_event = asyncio.Event()
 
     def stage(self, stage: str) -> None:
         self.seen.append(stage)
+
+    def measured(self, mib: float) -> None:
+        self.memory.append(mib)
 
     def exited(self, reason: str) -> None:
         self.exits.append(reason)

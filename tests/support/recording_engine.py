@@ -1,7 +1,8 @@
 """A recording fake ``Engine`` (``flexinfer.runtime.ports.Engine``) for dispatcher and proxy tests.
 
 Records every start/stop in order, can hold a start at a gate until the test opens it, can fail the next
-start(s) of a model, reports the startup stages it passes, and can crash a running server (``crash``).
+start(s) of a model, reports the startup stages it passes (and, from ``memory``, the memory it measured once
+Ready), and can crash a running server (``crash``).
 ``make_model`` builds a minimal Model and ``FakeClock`` is a clock the test advances by hand. Used by
 tests/unit/runtime and any test that needs deterministic model lifecycles without processes.
 """
@@ -29,6 +30,8 @@ class RecordingEngine:
     """The endpoint every started model reports (default: an address per model that nothing listens on)."""
     calls: list[tuple[str, str]] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
+    memory: dict[str, float] = field(default_factory=dict)
+    """MiB reported as measured (``ServerReporter.measured``) when the model of that key becomes Ready."""
     _gates: dict[str, asyncio.Event] = field(default_factory=dict)
     _failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -64,6 +67,8 @@ class RecordingEngine:
             self._record("cancelled", key)
             raise
         self.running.add(key)
+        if key in self.memory:
+            report.measured(self.memory[key])
         self._record("ready", key)
         return Endpoint(self.base_url or f"http://fake.invalid/{model.name}")
 

@@ -10,8 +10,10 @@ stopped); a second signal shuts down now (in-flight requests end with a ``shutti
 get SIGTERM and, after the close grace, SIGKILL) and ``serve`` exits within ``HURRY_BOUND`` seconds whatever
 happens; a third SIGKILLs the model servers at once. SIGHUP, and a change of the manifest files (polled unless
 ``watch_interval`` is ``None``), reload the manifests (``flexinfer.local.reloading``): models are added, changed
-(only that model restarts, after draining) and removed without touching the others. Called by
-``flexinfer.cli.serve`` and the integration tests.
+(only that model restarts, after draining) and removed without touching the others. Groups given a memory budget
+(``FLEXINFER_GROUP_MEMORY``, ``--group-memory``: ``flexinfer.local.memory_budget``, resolved once at start) pack
+their members by memory; the dispatcher gets the GGUF estimate of their needs (``flexinfer.local.gguf_estimate``).
+Called by ``flexinfer.cli.serve`` and the integration tests.
 """
 
 from __future__ import annotations
@@ -42,10 +44,14 @@ from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.config import local_config, state_dir
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.flash_settings import FlashSettings
+from flexinfer.local.gguf_estimate import estimate_mib
+from flexinfer.local.gpu_discovery import GpuInventory
+from flexinfer.local.memory_budget import parse_entries, resolve_budgets
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
 from flexinfer.local.validation import check_manifests
 from flexinfer.observability.lifecycle_log import LifecycleLog
+from flexinfer.observability.memory_metrics import MemoryMetrics
 from flexinfer.observability.metrics import LifecycleMetrics, ProxyMetrics
 from flexinfer.observability.tracing.config import tracing_settings
 from flexinfer.observability.tracing.lifecycle import TracingObserver
@@ -192,10 +198,11 @@ def _proxy_app(config: ProxyConfig, catalog: ManifestCatalog, metrics: ProxyMetr
     app = create_app(config, dispatcher, catalog, registry=registry, metrics=metrics, tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
                      token=config.auth_token if config.auth_enabled else "", config=reloader.status.as_json,
-                     memory=engine.memory)
+                     memory=engine.memory, groups=dispatcher.memory_report)
     app.router.add_routes(admin.routes())
     auth = BearerAuth(config.auth_token if config.auth_enabled else None)
-    install(app, StatusPage(dispatcher.snapshot, activity, auth, "local", logs=engine.logs.tail))
+    install(app, StatusPage(dispatcher.snapshot, activity, auth, "local", logs=engine.logs.tail,
+                            memory=dispatcher.memory_report))
     return app
 
 
@@ -227,9 +234,11 @@ def _warn_problems(problems: Sequence[object]) -> None:
 
 async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8080,
                       env: Environment | None = None, base_dir: Path | None = None,
-                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> LocalServer:
+                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL,
+                      group_memory: Sequence[str] = ()) -> LocalServer:
     """Load the manifests and start everything; returns once the proxy listens (models start on demand).
-    With ``watch_interval`` (seconds) the manifest files are polled and reloaded on change."""
+    With ``watch_interval`` (seconds) the manifest files are polled and reloaded on change; ``group_memory``:
+    the ``--group-memory`` entries (they win over ``FLEXINFER_GROUP_MEMORY`` for the groups they name)."""
     env = env if env is not None else environment()
     manifests = load_models(paths)
     models = [m.resource for m in manifests if isinstance(m.resource, Model)]
@@ -242,16 +251,22 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     _warn_problems(check_manifests(manifests, installed, local.engine.base_dir, every_source=True))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
     flash = FlashSettings(local.flash_loader, tuple(caches))
+    gpus = GpuInventory(path=env.get("PATH"))
+    budgets = await resolve_budgets({**local.group_memory, **parse_entries(group_memory, "--group-memory")},
+                                    models, gpus)
     engine = LocalEngine(replace(local.engine, records_dir=state_dir(env) / "processes"), stager=flash_stage,
-                         flash=flash)
+                         flash=flash, gpus=gpus)
     engine.reap_leftovers()
     engine.prune({m.key for m in models})
     activity = ActivityLog()
     lifecycle_log = LifecycleLog()
-    dispatcher = Dispatcher(engine, models, policy=local.policy,
-                            observer=_observer(registry, tracing, activity, lifecycle_log))
+    weights_dir = local.engine.base_dir
+    dispatcher = Dispatcher(engine, models, policy=replace(local.policy, group_budgets=budgets),
+                            observer=_observer(registry, tracing, activity, lifecycle_log),
+                            estimate=lambda model: estimate_mib(model, weights_dir))
     catalog = ManifestCatalog(models, dispatcher.phase)
     metrics = ProxyMetrics(registry, [m.key for m in models])
+    MemoryMetrics(dispatcher.memory_report, dispatcher.snapshot).register(registry)
     reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics, flash, engine), caches=caches,
                                 installed=installed, base_dir=local.engine.base_dir,
                                 interval=watch_interval or DEFAULT_WATCH_INTERVAL)
@@ -274,9 +289,10 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
 
 async def serve_local(paths: Sequence[str | Path], *, host: str, port: int, env: Environment | None = None,
                       stop: asyncio.Event, on_ready: Callable[[LocalServer], None] | None = None,
-                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> None:
+                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL, group_memory: Sequence[str] = ()) -> None:
     """``start_local``, serve until ``stop`` is set, then ``close`` (also when cancelled)."""
-    server = await start_local(paths, host=host, port=port, env=env, watch_interval=watch_interval)
+    server = await start_local(paths, host=host, port=port, env=env, watch_interval=watch_interval,
+                               group_memory=group_memory)
     try:
         if on_ready is not None:
             on_ready(server)
@@ -294,7 +310,7 @@ def _announce(server: LocalServer) -> None:
 
 
 async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: int, env: Environment,
-                                 watch_interval: float | None) -> None:
+                                 watch_interval: float | None, *, group_memory: Sequence[str]) -> None:
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
     main = asyncio.current_task()
     servers: list[LocalServer] = []
@@ -333,19 +349,23 @@ async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: i
         servers.append(server)
         _announce(server)
 
-    await serve_local(paths, host=host, port=port, env=env, stop=stop, on_ready=ready, watch_interval=watch_interval)
+    await serve_local(paths, host=host, port=port, env=env, stop=stop, on_ready=ready, watch_interval=watch_interval,
+                      group_memory=group_memory)
 
 
 def run_local(paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8080,
-              env: Environment | None = None, watch_interval: float | None = DEFAULT_WATCH_INTERVAL) -> int:
+              env: Environment | None = None, watch_interval: float | None = DEFAULT_WATCH_INTERVAL, *,
+              group_memory: Sequence[str] = ()) -> int:
     """``flexinfer serve``: serve until SIGTERM/SIGINT (SIGHUP reloads the manifests); returns the exit code.
-    ``watch_interval`` ``None`` turns the polling of the manifest files off."""
+    ``watch_interval`` ``None`` turns the polling of the manifest files off; ``group_memory``: the
+    ``--group-memory`` entries."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     environ = env if env is not None else environment()
     try:
-        event_loop.run(_serve_until_signalled(paths, host, port, environ, watch_interval), environ)
+        event_loop.run(_serve_until_signalled(paths, host, port, environ, watch_interval, group_memory=group_memory),
+                       environ)
     except asyncio.CancelledError:
         return 130
     return 0

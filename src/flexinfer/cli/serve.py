@@ -1,8 +1,9 @@
-"""``flexinfer serve -f DIR|FILE [--host H] [--port P] [--no-watch] [--watch-interval S] [--log-level L]
-[--log-format text|json]``: serve Model manifests on this machine.
+"""``flexinfer serve -f DIR|FILE [--host H] [--port P] [--no-watch] [--watch-interval S] [--group-memory GROUP=SIZE]
+[--log-level L] [--log-format text|json]``: serve Model manifests on this machine.
 
 One OpenAI-compatible endpoint for every model; model servers start on demand as local processes and
-models sharing a ``spec.gpu.shared`` group swap on one GPU. Runs ``flexinfer.assembly.run_local`` until
+models sharing a ``spec.gpu.shared`` group swap on one GPU (or, in a group given a memory budget with
+``--group-memory``, run side by side as far as it holds them). Runs ``flexinfer.assembly.run_local`` until
 SIGTERM/SIGINT; the manifests are reloaded on SIGHUP and (unless ``--no-watch``) when their files change.
 """
 
@@ -30,6 +31,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="reload the manifests when their files change (default on; SIGHUP always reloads)")
     parser.add_argument("--watch-interval", type=positive_seconds, default=None, metavar="SECONDS",
                         help="how often the manifest files are checked (default 1)")
+    parser.add_argument("--group-memory", action="append", default=[], metavar="GROUP=SIZE",
+                        help="let a shared GPU group keep as many models running as fit in SIZE (24Gi, MiB, or "
+                             "auto: the GPU's memory; CPU-only models: the host's available memory), evicting by "
+                             "cost; repeatable")
     return parser
 
 
@@ -54,4 +59,5 @@ def run(args: argparse.Namespace) -> int:
     host, port = listen_address(env, host=args.host, port=args.port, default_host="127.0.0.1")
     start_logging(args, env)
     interval = args.watch_interval or DEFAULT_WATCH_INTERVAL
-    return run_local(args.filename, host=host, port=port, env=env, watch_interval=interval if args.watch else None)
+    return run_local(args.filename, host=host, port=port, env=env, watch_interval=interval if args.watch else None,
+                     group_memory=args.group_memory)

@@ -1,9 +1,11 @@
 """``flexinfer status`` / ``flexinfer ps [--url URL] [-o wide|json|yaml]``: the models a running
 ``flexinfer serve`` knows, read from its admin API: namespace, name, group, phase, active for, queue depth and
-the reason of the last failure (``wide`` adds priority, in flight, last swap, pid, endpoint and memory: a
-llama.cpp server's measured MiB in all and weights+KV cache+compute buffers, as its log reported them;
-``json``/``yaml`` print the admin API answer). Piped output is never truncated (one whole row per model).
-Under the table, the manifests' last reload (its errors when it was rejected)."""
+the reason of the last failure (``wide`` adds priority, in flight, last swap, pid, endpoint, memory: a
+llama.cpp server's measured MiB in all and weights+KV cache+compute buffers, as its log reported them, and
+need: what the model takes of its group's memory budget, measured, declared or estimated; ``json``/``yaml``
+print the admin API answer). Piped output is never truncated (one whole row per model). Under the table, each
+group that packs by memory (budget, used, reserved for loading, evictions) and the manifests' last reload (its
+errors when it was rejected)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 
 PHASE_STYLES = {"Ready": "green", "Loading": "yellow", "Pending": "yellow", "Failed": "red", "Preempted": "magenta"}
 COLUMNS = ("NAMESPACE", "NAME", "GROUP", "PHASE", "ACTIVE FOR", "QUEUE", "REASON")
-WIDE_COLUMNS = ("PRIORITY", "IN FLIGHT", "LAST SWAP", "PID", "ENDPOINT", "MEMORY")
+WIDE_COLUMNS = ("PRIORITY", "IN FLIGHT", "LAST SWAP", "PID", "ENDPOINT", "MEMORY", "NEED")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -58,6 +60,24 @@ def memory_cell(memory: object) -> str:
     return f"{float(memory['total_mib']):.1f} MiB ({parts})"
 
 
+def need_cell(need: object) -> str:
+    """``512.0 MiB (measured)``: what a model takes of its group's memory budget, ``-`` without a figure."""
+    if not isinstance(need, dict) or "mib" not in need:
+        return "-"
+    return f"{float(need['mib']):.1f} MiB ({need.get('source') or 'unknown'})"
+
+
+def group_lines(groups: list[dict[str, Any]]) -> list[str]:
+    """One line per group that packs by memory, for under the table."""
+    lines = []
+    for group in groups:
+        evicted = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in (group.get("evictions") or {}).items())
+        lines.append(f"memory: group {group['group']}: {float(group['used_mib']):.1f} MiB used + "
+                     f"{float(group['reserved_mib']):.1f} MiB loading of {float(group['budget_mib']):.1f} MiB, "
+                     f"{len(group.get('models') or [])} running; evictions: {evicted or 'none'}")
+    return lines
+
+
 def status_table(models: list[dict[str, Any]], wide: bool = False) -> Table:
     """The rich table for ``/admin/status`` rows."""
     from rich.table import Table  # imported to print, not to parse arguments
@@ -75,7 +95,7 @@ def status_table(models: list[dict[str, Any]], wide: bool = False) -> Table:
             swap = row.get("last_swap_age")
             cells += [str(row.get("priority", "-")), str(row["in_flight"]),
                       "-" if swap is None else f"{_age(swap)} ago", str(row.get("pid") or "-"),
-                      row.get("endpoint") or "-", memory_cell(row.get("memory"))]
+                      row.get("endpoint") or "-", memory_cell(row.get("memory")), need_cell(row.get("need"))]
         table.add_row(*cells)
     return table
 
@@ -86,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         print_data(body, args.output)
     else:
         print_table(status_table(body["models"], wide=args.output == "wide"))
+        for line in group_lines(body.get("groups") or []):
+            console().print(line, highlight=False)
         if body.get("config"):
             console().print(config_summary(body["config"]), highlight=False)
     return 0

@@ -3,8 +3,10 @@
 Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_local``:
 
 - ``GET /admin/status`` → ``{"models": [{key, name, namespace, group, priority, phase, queue_depth, in_flight,
-  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in, memory}], "config": {loaded_at, models,
-  last_reload, trigger, result, error, errors, reloads}}`` (``config``: the manifest reloads,
+  endpoint, last_swap_age, draining, pid, last_error, ready_for, retry_in, memory, need}], "groups": [{group,
+  budget_mib, used_mib, reserved_mib, models, evictions}], "config": {loaded_at, models, last_reload, trigger,
+  result, error, errors, reloads}}`` (``need``: ``{mib, source}``, what the model takes of its group's memory
+  budget; ``groups``: the groups that pack by memory; ``config``: the manifest reloads,
   ``flexinfer.local.reloading.ConfigStatus``)
 - ``GET /admin/logs/{model}?tail=N`` → ``{"model": key, "lines": [...], "started": bool}`` (the server's captured
   output; ``started`` is false when the model has not run since ``serve`` started)
@@ -87,6 +89,8 @@ class AdminApi:
     config: Callable[[], dict[str, object]] | None = None
     memory: Callable[[str], ServerMemory | None] | None = None
     """A model's measured memory (``LocalEngine.memory``)."""
+    groups: Callable[[], list[dict[str, object]]] | None = None
+    """The groups that pack by memory (``memory_groups``)."""
 
     def routes(self) -> Sequence[web.RouteDef]:
         return [
@@ -114,6 +118,8 @@ class AdminApi:
     async def status(self, request: web.Request) -> web.Response:
         self._check(request)
         body: dict[str, object] = {"models": [self._state(s) for s in self.control.snapshot()]}
+        if self.groups is not None:
+            body["groups"] = self.groups()
         if self.config is not None:
             body["config"] = self.config()
         return web.json_response(body)
@@ -126,6 +132,7 @@ class AdminApi:
             "last_swap_age": state.last_swap_age, "draining": state.draining, "pid": self.pid(state.key),
             "last_error": state.last_error, "ready_for": state.ready_for, "retry_in": state.retry_in,
             "memory": self._memory(state.key),
+            "need": None if state.need_mib is None else {"mib": round(state.need_mib, 2), "source": state.need_source},
         }
 
     def _memory(self, key: str) -> dict[str, object] | None:

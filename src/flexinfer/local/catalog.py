@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.model_index import EMPTY, ModelIndex, aliases
-from flexinfer.local.profiles import served_name
+from flexinfer.core.profiles import served_name
 from flexinfer.runtime.ports import ModelView
 
 PhaseLookup = Callable[[ModelKey], "str | None"]

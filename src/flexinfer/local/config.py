@@ -3,8 +3,9 @@
 ``local_config(env, base_dir)`` parses the ``FLEXINFER_*`` variables below (``ENV_VARS`` is the
 documentation table) through ``flexinfer.core.envvalues.EnvReader``, and the swap knobs both engines
 share (``flexinfer.core.swap_knobs``: ``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the
-bound checked against the cold-start budget); a malformed value raises ``ConfigError`` naming the
-variable. The flash-loader defaults (``DEFAULT_FLASH_LOADER_*``) are the manager's, parsed by
+bound checked against the cold-start budget), and the groups that pack by memory
+(``FLEXINFER_GROUP_MEMORY``, ``flexinfer.local.memory_budget``); a malformed value raises ``ConfigError``
+naming the variable. The flash-loader defaults (``DEFAULT_FLASH_LOADER_*``) are the manager's, parsed by
 ``flexinfer.core.controller_defaults.flash_loader_defaults`` with the manager's rule (an unparsable value keeps
 its default and goes to ``warn``). Pure apart from computing default paths. Called by
 ``flexinfer.assembly.run_local``; tests pass plain dicts.
@@ -13,7 +14,7 @@ its default and goes to ``warn``). Pure apart from computing default paths. Call
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flexinfer.api.units import parse_duration
@@ -22,6 +23,7 @@ from flexinfer.core.controller_defaults import FlashLoaderDefaults, flash_loader
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Warn
 from flexinfer.core.swap_knobs import check_bound_fits, swap_knobs
 from flexinfer.local.engine import LocalEngineSettings
+from flexinfer.local.memory_budget import parse_entries
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("FLEXINFER_STATE_DIR", "$XDG_STATE_HOME/flexinfer or ~/.local/state/flexinfer",
@@ -39,6 +41,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            Kind.DURATION),
     EnvVar("FLEXINFER_RESTART_BACKOFF", "5s", "Backoff after a failed start (doubles per failure, max 5m).",
            Kind.DURATION),
+    EnvVar("FLEXINFER_GROUP_MEMORY", "", "Shared GPU groups that pack by memory, `GROUP=SIZE,...` (`GROUP`: a "
+           "`spec.gpu.shared` value, or `namespace/group`; `SIZE`: e.g. `24Gi`, a number of MiB, or `auto`: the "
+           "GPU's total memory from the vendor binding, for CPU-only models the host's available memory). Such a "
+           "group keeps as many members running as fit and evicts by cost; others run one model at a time. The "
+           "`--group-memory` entries of `serve` win for the groups they name.", Kind.PAIRS),
 )
 _DEFAULTS = {var.name: var.default for var in ENV_VARS}
 
@@ -51,6 +58,8 @@ class LocalConfig:
     policy: ArbiterPolicy
     flash_loader: FlashLoaderDefaults
     """Layer 1 of the flash-loader settings (``flexinfer.local.flash_settings`` adds the ModelCaches)."""
+    group_memory: Mapping[str, float | None] = field(default_factory=dict)
+    """``FLEXINFER_GROUP_MEMORY``: MiB by group, ``None`` for ``auto`` (resolved at start-up)."""
 
 
 def state_dir(env: Mapping[str, str]) -> Path:
@@ -89,4 +98,5 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         cold_start_timeout=cold_start_timeout, queue_limit=queue_limit, max_concurrency=max_concurrency,
         restart_changed=True,
     )
-    return LocalConfig(engine=engine, policy=policy, flash_loader=flash_loader_defaults(env, warn=warn))
+    return LocalConfig(engine=engine, policy=policy, flash_loader=flash_loader_defaults(env, warn=warn),
+                       group_memory=parse_entries([env.get("FLEXINFER_GROUP_MEMORY", "")], "FLEXINFER_GROUP_MEMORY"))

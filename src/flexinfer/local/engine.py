@@ -15,7 +15,9 @@ SIGTERMs every child now and SIGKILLs it after ``close_grace`` (a second shutdow
 A ``llama-server`` keeps its slots' prompt caches across a stop (``flexinfer.local.prompt_cache``): ``stop``
 saves them before the SIGTERM, ``start`` restores them after the health check (the ``restore`` stage) and
 before returning, so no request reaches the server before they are back. ``memory`` is a server's measured
-memory from its start-up log (``flexinfer.core.server_memory``), kept after it stops.
+memory from its start-up log (``flexinfer.core.server_memory``), kept after it stops; once Ready, the server's
+need (what it put on its GPU, else all of it; without such a log its process group's resident memory) is
+reported through ``ServerReporter.measured`` (a group that packs by memory counts it from then on).
 
 Built by ``flexinfer.assembly.run_local``; the admin API reads ``logs``/``endpoint``/``memory`` from it.
 """
@@ -33,13 +35,15 @@ from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
 from flexinfer.core.errors import ConfigError, EngineError, StagingError
 from flexinfer.core.flashloader_settings import FlashLoaderConfig
+from flexinfer.core.memory_need import measured_mib
 from flexinfer.core.server_memory import ServerMemory, parse_memory
 from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.gpu_discovery import GpuInventory
 from flexinfer.local.leftovers import TOKEN_VARIABLE, ProcessRecords
 from flexinfer.local.logs import LogStore
 from flexinfer.local.ports import PortAllocator
-from flexinfer.local.process import ServerProcess, describe_exit
+from flexinfer.local.process import ServerProcess, describe_exit, last_server_line
+from flexinfer.local.process_memory import group_rss_mib
 from flexinfer.local.profiles import Availability, LaunchPlan, SystemAvailability, plan_launch
 from flexinfer.local.prompt_cache import PromptCaches, ServerCache, has_saved, prepare_dir, server_cache
 from flexinfer.local.readiness import NotReady, ServerExited, wait_ready
@@ -49,6 +53,8 @@ from flexinfer.runtime.ports import Endpoint, ServerReporter
 log = logging.getLogger(__name__)
 ERROR_TAIL_LINES = 8
 """Output lines quoted in a start error (it reaches API clients); ``flexinfer logs`` shows the rest."""
+NEED_POLL = 0.05
+"""How often a Ready server's log is read for its buffer lines (``LocalEngineSettings.need_wait``)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,9 @@ class LocalEngineSettings:
     """Relative ``file://`` sources resolve against this directory."""
     env: Mapping[str, str] = field(default_factory=dict)
     """The environment children inherit (``flexinfer.settings.environment()``)."""
+    need_wait: float = 5.0
+    """How long a Ready server's buffer lines may take to reach its log before its process group's resident
+    memory is reported as its need instead (servers that log no buffers wait this long)."""
 
 
 class Stager(Protocol):
@@ -273,6 +282,23 @@ class LocalEngine:
         if measured is not None:
             server.memory = self._memory[server.model.key] = measured
 
+    async def _report_need(self, server: _Server) -> None:
+        """Report what the Ready server takes: the buffers its log shows (the lines may still be on their way:
+        up to ``need_wait``), else its process group's resident memory. Stops early when the server exits."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.need_wait
+        while server.memory is None or not server.memory.complete:
+            if server.stopping or server.process.returncode is not None or loop.time() >= deadline:
+                break
+            await asyncio.sleep(NEED_POLL)
+            self._measure(server)
+        if server.stopping or server.process.returncode is not None:
+            return
+        logged = measured_mib(server.memory, server.model.gpu_count > 0) if server.memory is not None else None
+        need = logged if logged is not None else group_rss_mib(server.process.pid)
+        if need is not None:
+            server.report.measured(need)
+
     async def _weights(self, model: Model, report: ServerReporter) -> _Weights:
         """What the server loads: the ``file://`` source, or its staged tmpfs copy."""
         src = existing_source(model, self.settings.base_dir)
@@ -314,19 +340,22 @@ class LocalEngine:
         except BaseException as exc:
             process.kill()
             await self._forget(process)
-            raise self._start_error(model, plan, port, timeout, process, exc=exc) from None
+            raise self._start_error(model, plan, port, timeout, process, exc=exc, log_from=log_from) from None
         server.watcher = asyncio.create_task(self._watch(server), name=f"watch-{model.key}")
         self._servers[model.key] = server
         self._measure(server)
         return server.endpoint
 
     def _start_error(self, model: Model, plan: LaunchPlan, port: int, timeout: float,
-                     process: ServerProcess, *, exc: BaseException) -> BaseException:
-        """The error ``start`` raises for ``exc`` (cancellation passes through unchanged)."""
+                     process: ServerProcess, *, exc: BaseException, log_from: int) -> BaseException:
+        """The error ``start`` raises for ``exc`` (cancellation passes through unchanged). Its first line, what
+        one-line views show (``flexinfer ps``, ``load``, the log), ends with the server's own last line of
+        this start, for a server that exits usually why (``error: invalid argument: --bogus-flag``)."""
         if isinstance(exc, ServerExited):
             code = process.returncode
             how = describe_exit(code) if code is not None else "an unknown status"
-            what = f"server ({plan.origin}) exited with {how} before it was ready"
+            said = last_server_line(process.output.window(after=log_from).lines)
+            what = f"server ({plan.origin}) exited with {how} before it was ready" + (f": {said}" if said else "")
         elif isinstance(exc, NotReady):
             what = f"server ({plan.origin}) not ready within {timeout:g}s (GET {plan.health_path} on port {port})"
         else:
@@ -335,7 +364,8 @@ class LocalEngine:
         return EngineError(f"model {model.key}: {what}; last output (more: flexinfer logs {model.key}):\n{tail}")
 
     async def _watch(self, server: _Server) -> None:
-        """Report a Ready server that exits on its own, and clean up after it."""
+        """Report what a Ready server takes, then its exit when it exits on its own, and clean up after it."""
+        await self._report_need(server)
         code = await server.process.wait()
         if server.stopping:
             return

@@ -3,7 +3,8 @@ INFO line per event, with its durations, on the ``flexinfer.lifecycle`` logger.
 
 Events: activation requested (→ Pending/Loading), swap decided (who preempts whom in which group, and the
 priorities that decided it), ready (cold start or swap, total and stage breakdown), stopped (idle timeout or
-unload, shutdown, removal, preemption … with the time it was Ready), failed (a crash or a failed start: the
+unload, shutdown, removal, preemption, eviction from a group that packs by memory with what it made room for
+and the memory figures … with the time it was Ready), failed (a crash or a failed start: the
 error and the backoff before the next start, at WARNING). Causes, errors and backoffs come with the phase change
 (``PhaseCause``). Every line also passes its fields as ``extra`` (``event``, ``model``, ``seconds``, ``stages``,
 ``reason`` …) so JSON lines are machine-readable. ``flexinfer.assembly`` adds this to the observers.
@@ -71,6 +72,8 @@ class LifecycleLog(NullObserver):
         shown = "" if held is None else f" after {held:.3f}s ready"
         winner = self._preempted_by.pop(key, None)
         why = f"preempted by {winner}" if new == "Preempted" and winner else detail or "stopped"
+        if detail.startswith("evicted"):  # a group that packs by memory: what it was evicted for, and why
+            why = detail
         _info("stopped", key, f"model {key}: server stopped{shown} ({why})", seconds=held, reason=why)
 
     def _failed(self, key: ModelKey, old: str | None, cause: PhaseCause) -> None:

@@ -18,7 +18,8 @@ Series exist before their first event: declaring a model (``LifecycleMetrics.dec
 ``ProxyMetrics.declare_models``) creates every counter and histogram series of it at zero, for every value
 of the bounded labels (a series that appears with its first event hides that event from ``increase()``
 and ``rate()``). Values that are not known in advance (a GPULease owner as preemption target) appear with
-their first event. Forgetting a model removes all its series.
+their first event. Forgetting a model removes all its series. The lifecycle zero series are not stored: a
+``flexinfer.observability.model_series.ModelSeries`` derives them from the declared Models when it is read.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -35,6 +37,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.cache_strategy import effective_cache_strategy
 from flexinfer.core.lifecycle_clock import STAGE_NAMES
 from flexinfer.core.phases import PHASES
+from flexinfer.observability.model_series import ModelSeries, SeriesFamily
 from flexinfer.runtime.observer import NO_CAUSE, ActivationRecord, PhaseCause
 
 COLD_START_BUCKETS = (0.5, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 120, 180, 300)
@@ -68,57 +71,88 @@ class _SeriesBook:
                 metric.remove(*labels)
 
 
+@dataclass(frozen=True)
+class Declared:
+    """A declared Model's label values: its zero series follow from them (``LifecycleMetrics``)."""
+
+    name: str
+    namespace: str
+    backend: str
+    cache_strategy: str
+    group: str
+
+
+TRANSITION_PAIRS = tuple((old, new) for old in PHASES for new in PHASES if old != new)
+
+
 class LifecycleMetrics:
-    """Model lifecycle, shared-group and reconcile metrics (see the module docstring)."""
+    """Model lifecycle, shared-group and reconcile metrics (see the module docstring). The per-model families are
+    a ``ModelSeries``: a declared Model's zero series are derived from its ``Declared`` labels, not stored."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._book = _SeriesBook()
-        self._declared: dict[str, tuple[str, ...]] = {}
+        self._declared: dict[str, Declared] = {}
         self._members: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         """``(namespace, group)`` → member name → model key, for the preemption pairs."""
-        self._cold_start = Histogram(
-            "flexinfer_model_cold_start_duration_seconds", "Duration from model activation to Ready.",
-            ["model", "namespace", "backend", "cache_strategy"], buckets=COLD_START_BUCKETS, registry=registry)
-        self._swap = Histogram(
+        self._cold_start: SeriesFamily[Declared] = SeriesFamily(
+            "flexinfer_model_cold_start_duration_seconds", "Duration from model activation to Ready.", "histogram",
+            ["model", "namespace", "backend", "cache_strategy"], buckets=COLD_START_BUCKETS,
+            zeros=lambda d: [(d.name, d.namespace, d.backend, d.cache_strategy)])
+        self._swap: SeriesFamily[Declared] = SeriesFamily(
             "flexinfer_model_swap_duration_seconds",
-            "Duration from the swap decision (the incumbent lost the GPU) to this model Ready.",
-            ["model", "namespace", "backend", "group"], buckets=SWAP_BUCKETS, registry=registry)
-        self._phase = Gauge("flexinfer_model_phase", "Current model phase (one-hot).",
-                            ["model", "namespace", "phase"], registry=registry)
-        self._transitions = Counter("flexinfer_model_transitions_total", "Model phase transitions.",
-                                    ["model", "namespace", "from", "to", "reason"], registry=registry)
-        self._group_state = Gauge("flexinfer_sharedgroup_state", "Shared-group state of a member (one-hot).",
-                                  ["group", "model", "namespace", "state"], registry=registry)
-        self._preemptions = Counter("flexinfer_sharedgroup_preemptions_total",
-                                    "Members that lost their shared GPU.",
-                                    ["group", "namespace", "from", "to"], registry=registry)
-        self._stage = Histogram("flexinfer_model_startup_stage_duration_seconds",
-                                "Duration of one startup stage of an activation.",
-                                ["model", "namespace", "backend", "stage"], buckets=STAGE_BUCKETS, registry=registry)
+            "Duration from the swap decision (the incumbent lost the GPU) to this model Ready.", "histogram",
+            ["model", "namespace", "backend", "group"], buckets=SWAP_BUCKETS,
+            zeros=lambda d: [(d.name, d.namespace, d.backend, d.group)] if d.group else [])
+        self._phase: SeriesFamily[Declared] = SeriesFamily(
+            "flexinfer_model_phase", "Current model phase (one-hot).", "gauge", ["model", "namespace", "phase"])
+        self._transitions: SeriesFamily[Declared] = SeriesFamily(
+            "flexinfer_model_transitions_total", "Model phase transitions.", "counter",
+            ["model", "namespace", "from", "to", "reason"],
+            zeros=lambda d: [(d.name, d.namespace, old, new, TRANSITION_REASON) for old, new in TRANSITION_PAIRS])
+        self._group_state: SeriesFamily[Declared] = SeriesFamily(
+            "flexinfer_sharedgroup_state", "Shared-group state of a member (one-hot).", "gauge",
+            ["group", "model", "namespace", "state"])
+        self._preemptions: SeriesFamily[Declared] = SeriesFamily(
+            "flexinfer_sharedgroup_preemptions_total", "Members that lost their shared GPU.", "counter",
+            ["group", "namespace", "from", "to"], zeros=self._member_pairs)
+        self._stage: SeriesFamily[Declared] = SeriesFamily(
+            "flexinfer_model_startup_stage_duration_seconds", "Duration of one startup stage of an activation.",
+            "histogram", ["model", "namespace", "backend", "stage"], buckets=STAGE_BUCKETS,
+            zeros=lambda d: [(d.name, d.namespace, d.backend, stage) for stage in STAGE_NAMES])
+        self._series = ModelSeries([self._cold_start, self._swap, self._phase, self._transitions, self._group_state,
+                                    self._preemptions, self._stage])
+        registry.register(self._series)
         self._reconcile = Histogram("flexinfer_reconcile_duration_seconds", "Duration of one reconcile.",
                                     ["controller"], buckets=RECONCILE_BUCKETS, registry=registry)
         self._reconcile_errors = Counter("flexinfer_reconcile_errors_total", "Reconciles that failed.",
                                          ["controller"], registry=registry)
 
+    def _member_pairs(self, declared: Declared) -> list[tuple[str, ...]]:
+        """The zero preemption series of a member: one per other member of its group it could lose to."""
+        if not declared.group:
+            return []
+        members = self._members.get((declared.namespace, declared.group), {})
+        return [(declared.group, declared.namespace, declared.name, other) for other in members
+                if other != declared.name]
+
     # LifecycleObserver ------------------------------------------------------
 
     def cold_start(self, model: Model, seconds: float) -> None:
         labels = (model.name, model.namespace, model.backend, effective_cache_strategy(model))
-        self._cold_start.labels(*labels).observe(seconds)
-        self._book.note(model.key, self._cold_start, labels)
+        self._cold_start.observe(labels, seconds)
+        self._series.own(model.key, self._cold_start, labels)
 
     def swap(self, model: Model, seconds: float) -> None:
         labels = (model.name, model.namespace, model.backend, model.group or "")
-        self._swap.labels(*labels).observe(seconds)
-        self._book.note(model.key, self._swap, labels)
+        self._swap.observe(labels, seconds)
+        self._series.own(model.key, self._swap, labels)
 
     def stage(self, model: Model, stage: str, seconds: float) -> None:
         if stage not in STAGE_NAMES:
             return
         labels = (model.name, model.namespace, model.backend, stage)
-        self._stage.labels(*labels).observe(seconds)
-        self._book.note(model.key, self._stage, labels)
+        self._stage.observe(labels, seconds)
+        self._series.own(model.key, self._stage, labels)
 
     def phase_changed(self, model: Model, old: str | None, new: str, cause: PhaseCause = NO_CAUSE) -> None:
         """One-hot phase gauge; a transition when ``old`` is set and differs; group state for shared models."""
@@ -126,12 +160,12 @@ class LifecycleMetrics:
             return
         for phase in PHASES:
             labels: tuple[str, ...] = (model.name, model.namespace, phase)
-            self._phase.labels(*labels).set(1 if phase == new else 0)
-            self._book.note(model.key, self._phase, labels)
+            self._phase.set(labels, 1 if phase == new else 0)
+            self._series.own(model.key, self._phase, labels)
         if old is not None and old != new:
             moved = (model.name, model.namespace, old, new, TRANSITION_REASON)
-            self._transitions.labels(*moved).inc()
-            self._book.note(model.key, self._transitions, moved)
+            self._transitions.inc(moved)
+            self._series.own(model.key, self._transitions, moved)
         if model.group:
             state = "Active" if new in ("Loading", "Ready") else "Preempted" if new == "Preempted" else "Queued"
             self.group_state(model, state)
@@ -142,70 +176,50 @@ class LifecycleMetrics:
             return
         for candidate in GROUP_STATES:
             labels = (model.group, model.name, model.namespace, candidate)
-            self._group_state.labels(*labels).set(1 if candidate == state else 0)
-            self._book.note(model.key, self._group_state, labels)
+            self._group_state.set(labels, 1 if candidate == state else 0)
+            self._series.own(model.key, self._group_state, labels)
 
     def preempted(self, loser: Model, by: str) -> None:
-        """``loser`` lost its group's GPU to ``by`` (a member name, or ``gpu-lease/<owner>``)."""
+        """``loser`` lost its group's GPU to ``by`` (a member name, or ``gpu-lease/<owner>``); the series goes
+        with either member."""
         labels = (loser.group or "", loser.namespace, loser.name, by)
-        self._preemptions.labels(*labels).inc()
-        self._book.note(loser.key, self._preemptions, labels)
+        self._preemptions.inc(labels)
+        self._series.own(loser.key, self._preemptions, labels)
+        winner = self._members.get((loser.namespace, loser.group or ""), {}).get(by)
+        if winner is not None:
+            self._series.own(winner, self._preemptions, labels)
 
     def activation(self, record: ActivationRecord) -> None:
         """Activation records feed traces, not metrics (the samples arrive via cold_start/swap/stage)."""
         return None
 
     def declared(self, model: Model) -> None:
-        """Create the counter and histogram series of ``model`` at zero (idempotent; after a spec change that
-        moves its backend, cache strategy or group, the new label sets are added)."""
-        labels = (model.name, model.namespace, model.backend, effective_cache_strategy(model), model.group or "")
-        if self._declared.get(model.key) == labels:
+        """Every counter and histogram series of ``model`` exists at zero from now on (idempotent; after a spec
+        change that moves its backend, cache strategy or group, the zero series follow the new labels)."""
+        declared = Declared(model.name, model.namespace, model.backend, effective_cache_strategy(model),
+                            model.group or "")
+        if self._declared.get(model.key) == declared:
             return
         self._leave_group(model.key)
-        self._declared[model.key] = labels
-        name, namespace, backend, cache_strategy, group = labels
-        self._zero(model.key, self._cold_start, (name, namespace, backend, cache_strategy))
-        for stage in STAGE_NAMES:
-            self._zero(model.key, self._stage, (name, namespace, backend, stage))
-        for old in PHASES:
-            for new in PHASES:
-                if old != new:
-                    self._zero(model.key, self._transitions, (name, namespace, old, new, TRANSITION_REASON))
-        if group:
-            self._zero(model.key, self._swap, (name, namespace, backend, group))
-            self._join_group(model, group)
-
-    def _join_group(self, model: Model, group: str) -> None:
-        """Preemption series for every ordered pair of members of the group, owned by both members."""
-        members = self._members[(model.namespace, group)]
-        members[model.name] = model.key
-        for other, other_key in members.items():
-            if other == model.name:
-                continue
-            for loser, winner in ((model.name, other), (other, model.name)):
-                labels = (group, model.namespace, loser, winner)
-                self._zero(model.key, self._preemptions, labels)
-                self._book.note(other_key, self._preemptions, labels)
+        self._declared[model.key] = declared
+        self._series.declare(model.key, declared)
+        if declared.group:
+            self._members[(model.namespace, declared.group)][model.name] = model.key
 
     def _leave_group(self, key: str) -> None:
-        labels = self._declared.pop(key, None)
-        if labels is None or not labels[-1]:
+        declared = self._declared.pop(key, None)
+        if declared is None or not declared.group:
             return
-        name, namespace, *_, group = labels
-        members = self._members.get((namespace, group), {})
-        if members.get(name) == key:
-            del members[name]
+        members = self._members.get((declared.namespace, declared.group), {})
+        if members.get(declared.name) == key:
+            del members[declared.name]
         if not members:
-            self._members.pop((namespace, group), None)
-
-    def _zero(self, owner: str, metric: Counter | Histogram, labels: tuple[str, ...]) -> None:
-        metric.labels(*labels)
-        self._book.note(owner, metric, labels)
+            self._members.pop((declared.namespace, declared.group), None)
 
     def forgotten(self, model: Model) -> None:
         """Remove every series of a deleted model."""
         self._leave_group(model.key)
-        self._book.forget(model.key)
+        self._series.forget(model.key)
 
     # Reconcile (called by observability.tracing.reconcile_span) ------------
 

@@ -6,7 +6,9 @@ Routes, added to the proxy application by ``install(app, page)`` (called by ``fl
 - ``GET /ui`` and ``GET /ui/static/{file}``: the page (HTML, CSS, plain JavaScript shipped as package data,
   no build step, no external resources). They hold no data, so they need no token.
 - ``GET /ui/api/status``: models (the ``flexinfer status`` fields), which model holds each GPU group, the
-  last activations with their stage breakdown, recent cold-start/swap durations and recent errors.
+  memory of the groups that pack by memory (``memory_groups``: budget, used, reserved for loading, members,
+  evictions; the page draws a bar per group), the last activations with their stage breakdown, recent
+  cold-start/swap durations and recent errors.
 - ``GET /ui/api/logs/{model}?tail=N``: the last lines of a model server's output (local engine only;
   ``404`` with ``code: logs_unavailable`` in cluster mode).
 
@@ -55,6 +57,7 @@ def model_row(state: ModelState) -> dict[str, object]:
         "key": state.key, "name": state.name, "namespace": state.namespace, "group": state.group,
         "priority": state.priority, "phase": state.phase, "queue_depth": state.queue_depth,
         "in_flight": state.in_flight, "last_swap_age": state.last_swap_age, "draining": state.draining,
+        "need": None if state.need_mib is None else {"mib": round(state.need_mib, 2), "source": state.need_source},
     }
 
 
@@ -78,14 +81,15 @@ def catalog_states(catalog: Catalog, snapshot: Callable[[], list[ModelState]]) -
 
 
 def group_holders(states: Sequence[ModelState]) -> dict[str, str | None]:
-    """GPU group → the key of the model holding it (``None`` when the group is free)."""
+    """GPU group → the key of the model holding it, or the keys of those holding it (comma-separated, in a
+    group that packs by memory); ``None`` when the group is free."""
     holders: dict[str, str | None] = {}
     for state in states:
         if state.group is None:
             continue
-        holders.setdefault(state.group, None)
+        held = holders.setdefault(state.group, None)
         if state.phase in HOLDING_PHASES:
-            holders[state.group] = state.key
+            holders[state.group] = state.key if held is None else f"{held}, {state.key}"
     return holders
 
 
@@ -100,6 +104,8 @@ class StatusPage:
     """``local`` or ``cluster`` (shown on the page)."""
     logs: LogTail | None = None
     """``(model key, lines) -> lines or None``; ``None`` where the proxy cannot see server output."""
+    memory: Callable[[], list[dict[str, object]]] | None = None
+    """The groups that pack by memory (``Dispatcher.memory_report``); ``None``: none here."""
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -122,6 +128,7 @@ class StatusPage:
         body: dict[str, object] = {
             "mode": self.mode, "now": time.time(), "logs_available": self.logs is not None,
             "models": [model_row(s) for s in states], "groups": group_holders(states),
+            "memory_groups": self.memory() if self.memory is not None else [],
         }
         body.update(self.activity.snapshot())
         return web.json_response(body)

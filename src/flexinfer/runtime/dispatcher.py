@@ -8,6 +8,11 @@ in child tasks (``flexinfer.runtime.engine_tasks``) that post completion events 
 injectable ``clock``; with ``auto_tick=False`` nothing fires on its own and tests drive deadlines with
 ``tick()``. Built by ``flexinfer.assembly`` (local engine; in-cluster proxy); used by ``flexinfer.proxy``.
 
+Groups that pack by memory (``ArbiterPolicy.group_budgets``): the engine's ``estimate`` of a member's need
+(for models without ``spec.gpu.vramEstimateMB``) runs in a worker thread before the arbiter first sees the
+model (at ``run``, and in ``replace_models``), and reaches it as ``MemoryNeedReported``; ``memory_groups`` and
+the ``need`` of each ``ModelState`` are what the admin views show.
+
 The express lane: while the inbox is empty, ``acquire`` and ``Grant.release`` for a model that is Ready and
 unchallenged are answered in the caller's own step by ``Arbiter.admit``/``finish`` (synchronous, on the
 loop, so still one writer and the same order of events), without the inbox round trip or a full decision.
@@ -29,6 +34,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.events import Effect, Event
 from flexinfer.core.arbiter.machine import Arbiter
+from flexinfer.core.arbiter.memory import EVICTION_REASONS, GroupMemory
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import ModelNotFoundError, ShuttingDownError
 from flexinfer.core.phases import FAILED, READY
@@ -62,6 +68,10 @@ class ModelState:
     """Seconds since it became Ready (``None`` unless Ready)."""
     retry_in: float | None = None
     """Seconds until a Failed model may start again (``None``: no backoff pending)."""
+    need_mib: float | None = None
+    """What the model takes of its group's memory budget (``None``: no figure, outside a group with one)."""
+    need_source: str | None = None
+    """Where ``need_mib`` comes from: ``measured``, ``declared``, ``estimated`` or ``unknown``."""
 
 
 class Dispatcher:
@@ -70,9 +80,11 @@ class Dispatcher:
     def __init__(
         self, engine: Engine, models: Iterable[Model] = (), *, policy: ArbiterPolicy | None = None,
         observer: LifecycleObserver | None = None, clock: Callable[[], float] = time.monotonic,
-        auto_tick: bool = True,
+        auto_tick: bool = True, estimate: Callable[[Model], float | None] | None = None,
     ) -> None:
         self._arbiter = Arbiter(models, policy)
+        self._estimate = estimate
+        """The engine's estimate of a model's memory need in MiB (blocking: run in a worker thread)."""
         self._clock, self._auto_tick = clock, auto_tick
         self._inbox: asyncio.Queue[tuple[Event, asyncio.Future[None] | None]] = asyncio.Queue()
         self._waiters: dict[int, Waiter] = {}
@@ -101,6 +113,8 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Apply events until shutdown completes. The only place the arbiter is mutated."""
+        for estimated in await self._estimates([s.model for s in self._arbiter.slots.values()]):
+            self._apply(estimated)
         self.post(ev.Tick(self._clock()))
         while not self._done.is_set():
             event, processed = await self._inbox.get()
@@ -208,7 +222,34 @@ class Dispatcher:
     async def replace_models(self, models: Iterable[Model]) -> None:
         """Declare the model set: new models are added, changed ones updated, missing ones removed (their
         waiting requests get ``ModelNotFoundError``; a running one drains and stops)."""
-        await self.send(ev.ModelsReplaced(tuple(models)))
+        models = tuple(models)
+        for estimated in await self._estimates(models):
+            self.post(estimated)
+        await self.send(ev.ModelsReplaced(models))
+
+    async def _estimates(self, models: Iterable[Model]) -> list[ev.MemoryNeedReported]:
+        """The engine's estimates for the members of groups with a budget that declare no need (a worker
+        thread reads their weights); a model it cannot estimate keeps an unknown need (logged)."""
+        ledger, estimate = self._arbiter.memory, self._estimate
+        wanted = [m for m in models if m.group and ledger.budget(f"{m.namespace}/{m.group}") > 0
+                  and not (m.spec.gpu and m.spec.gpu.vram_estimate_mb is not None)]
+        if estimate is None or not wanted:
+            return []
+
+        def run() -> list[ev.MemoryNeedReported]:
+            out = []
+            for model in wanted:
+                try:
+                    mib = estimate(model)
+                except Exception as exc:
+                    log.warning("model %s: no memory estimate (%s); it counts as its group's whole budget until "
+                                "it ran once (or set spec.gpu.vramEstimateMB)", model.key, exc)
+                    continue
+                if mib is not None:
+                    out.append(ev.MemoryNeedReported(model.key, mib, "estimated"))
+            return out
+
+        return await asyncio.to_thread(run)
 
     async def shutdown(self, drain_timeout: float | None = None) -> None:
         """Reject waiting requests, drain in-flight ones (bounded), stop every model, end the loop."""
@@ -242,16 +283,33 @@ class Dispatcher:
         now = self._clock()
         return [self._state(slot_key, now) for slot_key in sorted(self._arbiter.slots)]
 
+    def memory_groups(self) -> list[GroupMemory]:
+        """Every group with a memory budget: its budget, used and reserved MiB, its running members."""
+        return self._arbiter.memory.groups(self._arbiter.slots.values())
+
+    def evictions(self) -> dict[tuple[str, str], int]:
+        """Evictions so far by ``(group, reason)`` (``make_room``, ``out_of_memory``)."""
+        return dict(self._arbiter.memory.evictions)
+
+    def memory_report(self) -> list[dict[str, object]]:
+        """``memory_groups`` as JSON objects, each with its evictions by reason (the admin API, the status page)."""
+        evictions = self.evictions()
+        return [{**g.as_json(), "evictions": {r: evictions.get((g.group, r), 0) for r in EVICTION_REASONS}}
+                for g in self.memory_groups()]
+
     def _state(self, key: ModelKey, now: float) -> ModelState:
         s = self._arbiter.slots[key]
         endpoint = s.endpoint if isinstance(s.endpoint, Endpoint) and s.servable else None
+        need = self._arbiter.memory.need(s.model)
+        known = need.source != "unknown" or self._arbiter.memory.budget(s.group) > 0
         return ModelState(
             key=key, name=s.model.name, namespace=s.model.namespace, group=s.model.group,
             priority=s.model.priority, phase=s.phase, queue_depth=len(s.queue), in_flight=len(s.in_flight),
             endpoint=endpoint, last_swap_age=None if s.last_swap is None else now - s.last_swap,
             draining=s.drain_until is not None, last_error=s.last_error,
             ready_for=None if s.ready_since is None or not s.servable else now - s.ready_since,
-            retry_in=None if s.retry_at is None or s.retry_at <= now else s.retry_at - now)
+            retry_in=None if s.retry_at is None or s.retry_at <= now else s.retry_at - now,
+            need_mib=need.mib if known else None, need_source=need.source if known else None)
 
     def state(self, key: ModelKey) -> ModelState | None:
         """The current state of one model (``None`` when it is not declared)."""

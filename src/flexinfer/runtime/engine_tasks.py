@@ -18,6 +18,7 @@ from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter.events import (
     Event,
+    MemoryNeedReported,
     ModelCrashed,
     ModelReady,
     ModelStartFailed,
@@ -31,13 +32,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Reporter:
-    """The ``ServerReporter`` of one start: stages become ``StageReached``, an exit ``ModelCrashed``."""
+    """The ``ServerReporter`` of one start: stages become ``StageReached``, a measurement
+    ``MemoryNeedReported``, an exit ``ModelCrashed``."""
 
     key: ModelKey
     post: Callable[[Event], None]
 
     def stage(self, stage: Stage) -> None:
         self.post(StageReached(self.key, stage))
+
+    def measured(self, mib: float) -> None:
+        self.post(MemoryNeedReported(self.key, mib, "measured"))
 
     def exited(self, reason: str) -> None:
         self.post(ModelCrashed(self.key, reason))

@@ -35,9 +35,12 @@ class Endpoint:
 
 class ServerReporter(Protocol):
     """How an engine reports on one server it was asked to start: its startup stages (for metrics and traces),
+    the memory it measured the server takes once up (MiB: the model's need in a group that packs by memory),
     and, later, an exit nobody asked for (the model becomes Failed and restarts after its backoff)."""
 
     def stage(self, stage: Stage) -> None: ...
+
+    def measured(self, mib: float) -> None: ...
 
     def exited(self, reason: str) -> None: ...
 

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from flexinfer.cli.output import print_table
-from flexinfer.cli.status import config_summary, status_table
+from flexinfer.cli.status import config_summary, group_lines, status_table
 
 
 def row(namespace: str, name: str, **fields: Any) -> dict[str, Any]:
@@ -35,14 +35,24 @@ def test_namespace_reason_and_active_for() -> None:
     assert " ".join(lines[2][6:]) == "exited with code 3 (retry in 4s)"
 
 
-def test_wide_adds_endpoint_pid_priority_and_memory() -> None:
+def test_wide_adds_endpoint_pid_priority_memory_and_need() -> None:
     memory = {"model_mib": 129.2, "kv_mib": 64.0, "compute_mib": 18.01, "other_mib": 0.0, "total_mib": 211.21}
     lines = rendered([row("default", "m", phase="Ready", priority=7, pid=42, endpoint="http://127.0.0.1:9",
-                          in_flight=1, last_swap_age=3.0, memory=memory), row("default", "n")], wide=True)
-    assert lines[0][-1] == "MEMORY"
-    assert lines[1][-9:] == ["7", "1", "3s", "ago", "42", "http://127.0.0.1:9", "211.2", "MiB",
-                             "(129.2+64.0+18.0)"]
-    assert lines[2][-1] == "-"  # no figures (not started, or not a llama-server)
+                          in_flight=1, last_swap_age=3.0, memory=memory, need={"mib": 211.21, "source": "measured"}),
+                      row("default", "n", need={"mib": 300, "source": "declared"}), row("default", "o")], wide=True)
+    assert lines[0][-2:] == ["MEMORY", "NEED"]
+    assert lines[1][-12:] == ["7", "1", "3s", "ago", "42", "http://127.0.0.1:9", "211.2", "MiB",
+                              "(129.2+64.0+18.0)", "211.2", "MiB", "(measured)"]
+    assert lines[2][-4:] == ["-", "300.0", "MiB", "(declared)"]  # not started: no figures of its own yet
+    assert lines[3][-2:] == ["-", "-"]  # no figure at all (not started, outside a group that packs by memory)
+
+
+def test_groups_that_pack_by_memory_are_listed_under_the_table() -> None:
+    group = {"group": "default/gpu0", "budget_mib": 24576.0, "used_mib": 9000.5, "reserved_mib": 4000.0,
+             "models": ["default/a", "default/b"], "evictions": {"make_room": 3, "out_of_memory": 1}}
+    assert group_lines([group]) == [
+        "memory: group default/gpu0: 9000.5 MiB used + 4000.0 MiB loading of 24576.0 MiB, 2 running; evictions: "
+        "3 make room, 1 out of memory"]
 
 
 def test_piped_output_keeps_long_names_whole(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,9 @@ from flexinfer.runtime.dispatcher import ModelState
 from flexinfer.runtime.ports import Endpoint
 from support.local_processes import make_model
 
+GROUP: dict[str, object] = {"group": "default/g", "budget_mib": 64.0, "used_mib": 2.22, "reserved_mib": 0.0,
+                            "models": ["default/alpha"], "evictions": {"make_room": 0, "out_of_memory": 0}}
+
 
 class Control:
     def __init__(self) -> None:
@@ -20,7 +23,7 @@ class Control:
 
     def snapshot(self) -> list[ModelState]:
         return [ModelState("default/alpha", "alpha", "default", "g", 100, "Ready", 2, 1,
-                           Endpoint("http://127.0.0.1:5000"), 3.5)]
+                           Endpoint("http://127.0.0.1:5000"), 3.5, need_mib=2.22, need_source="measured")]
 
     async def preload(self, model: str, wait: bool = False, timeout: float | None = None) -> str:
         self.calls.append(("load", model, wait))
@@ -35,7 +38,8 @@ async def client(token: str = "") -> tuple[TestClient, Control]:
     logs.get("default/alpha").write("one\ntwo\nthree\n")
     api = AdminApi(control, ManifestCatalog([make_model("alpha", "file:///a")]), logs,
                    pid=lambda key: 1234, token=token,
-                   memory=lambda key: ServerMemory(0.46, 0.25, 1.51, 0.0, (("host", 2.22),), complete=True))
+                   memory=lambda key: ServerMemory(0.46, 0.25, 1.51, 0.0, (("host", 2.22),), complete=True),
+                   groups=lambda: [GROUP])
     app = web.Application()
     app.router.add_routes(api.routes())
     test_client = TestClient(TestServer(app))
@@ -52,7 +56,9 @@ async def test_status_and_logs() -> None:
             "phase": "Ready", "queue_depth": 2, "in_flight": 1, "endpoint": "http://127.0.0.1:5000",
             "last_swap_age": 3.5, "draining": False, "pid": 1234, "last_error": None, "ready_for": None,
             "retry_in": None, "memory": {"model_mib": 0.46, "kv_mib": 0.25, "compute_mib": 1.51, "other_mib": 0.0,
-                                         "total_mib": 2.22, "devices": {"host": 2.22}, "complete": True}}]
+                                         "total_mib": 2.22, "devices": {"host": 2.22}, "complete": True},
+            "need": {"mib": 2.22, "source": "measured"}}]
+        assert status["groups"] == [GROUP]
         logs = await (await http.get("/admin/logs/alpha", params={"tail": "2"})).json()
         assert logs == {"model": "default/alpha", "lines": ["two", "three"], "started": True}
         assert (await http.get("/admin/logs/default/alpha")).status == 200

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from flexinfer.api.model import Model
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.observability.lifecycle_log import LifecycleLog
 from flexinfer.runtime.dispatcher import Dispatcher
@@ -59,3 +60,18 @@ async def test_a_failed_start_logs_the_error_and_the_backoff(lines: pytest.LogCa
     assert [r.getMessage() for r in failed] == [
         "model default/a: server failed to start: weights missing; next start allowed in 5.0s (backoff)"]
     assert failed[0].levelname == "WARNING" and failed[0].__dict__["backoff_s"] == 5.0
+
+
+async def test_an_eviction_from_a_group_that_packs_by_memory_says_what_it_made_room_for(
+        lines: pytest.LogCaptureFixture) -> None:
+    engine, clock = RecordingEngine(), FakeClock()
+    models = [Model.model_validate({"metadata": {"name": name}, "spec": {
+        "backend": "llamacpp", "source": f"file:///m/{name}.gguf", "config": {"parallel": 4},
+        "gpu": {"vendor": "amd", "shared": "g", "vramEstimateMB": 700}}}) for name in ("a", "b")]
+    policy = ArbiterPolicy(min_hold=0, drain_timeout=20, group_budgets={"g": 1000.0})
+    async with Dispatcher(engine, models, policy=policy, clock=clock, auto_tick=False,
+                          observer=LifecycleLog(clock)) as d:
+        (await d.acquire(key("a"))).release()
+        (await d.acquire(key("b"))).release()
+    assert stops(lines)[0] == ("default/a", "evicted from GPU group default/g to make room for default/b (needs "
+                                            "700 MiB (declared); 300 of 1000 MiB free)")

@@ -76,11 +76,25 @@ async def test_status_lists_models_groups_and_activity(client_for) -> None:
         ("default/a", "Preempted", 0), ("default/b", "Ready", 2), ("default/solo", "Idle", 0)]
     assert body["groups"] == {"g": "default/b"}
     assert body["activations"] == [] and body["durations"] == [] and body["errors"] == []
+    assert body["memory_groups"] == [] and body["models"][0]["need"] is None
+
+
+async def test_status_shows_the_memory_of_groups_that_pack_by_memory(client_for) -> None:
+    group = {"group": "default/g", "budget_mib": 1024.0, "used_mib": 300.0, "reserved_mib": 200.0,
+             "models": ["default/b"], "evictions": {"make_room": 1, "out_of_memory": 0}}
+    measured = ModelState(key="default/b", name="b", namespace="default", group="g", priority=100, phase="Ready",
+                          queue_depth=0, in_flight=0, endpoint=None, last_swap_age=None, need_mib=300.0,
+                          need_source="measured")
+    client = await client_for(StatusPage(lambda: [measured], ActivityLog(), BearerAuth(None), "local",
+                                         memory=lambda: [group]))
+    body = await (await client.get("/ui/api/status")).json()
+    assert body["memory_groups"] == [group] and body["models"][0]["need"] == {"mib": 300.0, "source": "measured"}
 
 
 def test_a_group_without_a_loading_or_ready_member_is_free() -> None:
     assert group_holders([state("a", "Preempted"), state("b", "Idle")]) == {"g": None}
     assert group_holders([state("a", "Idle"), state("b", "Loading")]) == {"g": "default/b"}
+    assert group_holders([state("a", "Ready"), state("b", "Loading")]) == {"g": "default/a, default/b"}
 
 
 async def test_log_tail_and_its_errors(client_for) -> None:

@@ -23,6 +23,7 @@ from flexinfer.core.errors import (
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import ActivationRecord, NullObserver
 from flexinfer.runtime.ports import Grant
+from support.garbage import kinds, unreachable_cycles
 from support.recording_engine import FakeClock, RecordingEngine, key, make_model
 
 POLICY = ArbiterPolicy(max_wait=30, min_hold=0, drain_timeout=20, cold_start_timeout=60, queue_limit=2)
@@ -159,6 +160,18 @@ async def test_auto_tick_fires_deadlines_on_the_real_clock(engine: RecordingEngi
         with pytest.raises(ColdStartTimeoutError):
             await asyncio.wait_for(d.acquire(key("a")), 5)
         engine.open(A)
+
+
+async def test_wake_ups_leave_no_reference_cycles(engine: RecordingEngine) -> None:
+    """The wake-up timer is armed at every deadline (each swap has several): what it leaves once it fired or
+    was replaced must be freed at once, not by the cyclic collector that ``serve`` runs rarely."""
+    engine.hold(A)
+    with unreachable_cycles() as cycles:
+        async with Dispatcher(engine, [make_model("a", coldStartTimeout="50ms")]) as d:
+            with pytest.raises(ColdStartTimeoutError):
+                await asyncio.wait_for(d.acquire(key("a")), 5)
+            engine.open(A)
+    assert not {kind for kind in kinds(cycles) if kind.startswith("function:flexinfer.")}
 
 
 async def test_one_name_in_two_namespaces_each_key_starts_and_grants_its_own_model(

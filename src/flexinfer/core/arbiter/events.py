@@ -74,6 +74,16 @@ class ModelCrashed:
 
 
 @dataclass(frozen=True)
+class MemoryNeedReported:
+    """What ``model`` needs of its group's memory budget, in MiB: the engine's ``estimated`` figure for its
+    current manifest (before it starts), or the ``measured`` one of its running server."""
+
+    model: ModelKey
+    mib: float
+    source: str
+
+
+@dataclass(frozen=True)
 class StageReached:
     """An engine-reported startup stage began (``staging``/``server_start``/``health``)."""
 
@@ -114,7 +124,7 @@ class ModelsReplaced:
 
 Event = (
     RequestArrived | RequestCancelled | RequestFinished | ModelReady | ModelStartFailed | ModelStopped | ModelCrashed
-    | StageReached | Tick | Preload | Unload | Shutdown | ModelsReplaced
+    | StageReached | Tick | Preload | Unload | Shutdown | ModelsReplaced | MemoryNeedReported
 )
 
 # ---------------------------------------------------------------- effects

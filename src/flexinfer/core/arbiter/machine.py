@@ -3,9 +3,10 @@ requests to them. Events in, effects out (``flexinfer.core.arbiter.events``); no
 
 Called only by the dispatcher (``flexinfer.runtime.dispatcher``), which owns one ``Arbiter`` in one task,
 and by tests. Rules (docs/design/swapping.md): per-model tickets; a request for a model that is not Ready
-joins the activation in progress; one running model per shared group; a swap drains the incumbent
-(bounded by ``drain_timeout``) before the winner starts; priority decides, bounded by ``max_wait``;
-``min_hold`` after Ready against thrash; every ticket ends exactly once.
+joins the activation in progress; one running model per shared group (as many as fit where the group has a
+memory budget: ``packing``); a swap drains the incumbent (bounded by ``drain_timeout``) before the winner
+starts; priority decides, bounded by ``max_wait``; ``min_hold`` after Ready against thrash; every ticket ends
+exactly once.
 
 ``admit`` and ``finish`` are the express lane: a request for a model that is Ready and holds its group with
 nobody waiting for that group is granted (and ended) in O(1), with the outcome ``handle`` would give; anything
@@ -21,6 +22,8 @@ from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.events import Effect, Event
+from flexinfer.core.arbiter.memory import MemoryLedger
+from flexinfer.core.arbiter.packing import next_step, out_of_memory_step
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.arbiter.state import (
     Slot,
@@ -28,14 +31,17 @@ from flexinfer.core.arbiter.state import (
     activation_failure_effect,
     activation_success_effects,
     backoff_error,
+    capacity,
     challenger,
-    decision_times,
     express_keys,
     failed_error,
     first_choice,
+    group_members,
     stale_restart,
     wait_timeout_error,
+    waiting_reason,
 )
+from flexinfer.core.arbiter.timing import deadlines
 from flexinfer.core.errors import (
     ModelNotFoundError,
     QueueFullError,
@@ -44,7 +50,6 @@ from flexinfer.core.errors import (
 )
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.phases import FAILED, IDLE, LOADING, PENDING, PREEMPTED, READY, check_transition
-from flexinfer.core.profiles import declared_parallel, effective_limit
 
 
 class Arbiter:
@@ -61,8 +66,9 @@ class Arbiter:
         self._fx: list[Effect] = []
         self._express: frozenset[ModelKey] = frozenset()
         """Models whose requests may take the express lane until the next ``handle`` (``express_keys``)."""
+        self.memory = MemoryLedger(self.policy)
         for model in models:
-            self.slots[model.key] = self._new_slot(model)
+            self.slots[model.key] = Slot(model, capacity=capacity(model, self.policy))
         # Models declared before the first event: ``handle`` reports them (``ModelDeclared``) first.
         self._announce = [slot.model for slot in self.slots.values()]
 
@@ -129,15 +135,7 @@ class Arbiter:
 
     def waiting_reason(self, key: ModelKey) -> str:
         """``swap`` when a waiting model needs another model off its GPU first, else ``cold_start``."""
-        slot = self.slots.get(key)
-        if slot is None:
-            return "cold_start"
-        if slot.servable:
-            return "queue"
-        if slot.activation is not None:
-            return slot.activation.kind
-        peers = [s for s in self.slots.values() if s.group is not None and s.group == slot.group and s is not slot]
-        return "swap" if any(p.running for p in peers) else "cold_start"
+        return waiting_reason(self.slots, key)
 
     def next_wake(self) -> float | None:
         """The pending wake-up time (the last ``ScheduleWake``)."""
@@ -167,6 +165,8 @@ class Arbiter:
                 self._shutdown(now, event.drain_timeout)
             case ev.ModelsReplaced():
                 self._replace(event.models, now)
+            case ev.MemoryNeedReported():
+                self.memory.learn(event, self._declared(event.model))
             case ev.Tick():
                 pass
 
@@ -230,13 +230,6 @@ class Arbiter:
             slot.in_flight.add(ticket.id)
             self._emit(ev.GrantTicket(ticket.id, slot.key, slot.endpoint, now - ticket.arrived, kind))
 
-    def capacity_of(self, model: Model) -> int:
-        """How many tickets ``model`` may hold at once (0 = unlimited)."""
-        return effective_limit(self.policy.max_concurrency, declared_parallel(model))
-
-    def _new_slot(self, model: Model) -> Slot:
-        return Slot(model, capacity=self.capacity_of(model))
-
     def _reject(self, slot: Slot, ticket: Ticket, error: RequestError) -> None:
         slot.queue.pop(ticket.id, None)
         self.tickets.pop(ticket.id, None)
@@ -249,7 +242,7 @@ class Arbiter:
         if slot is None or not slot.running or slot.stopping or slot.phase == READY:
             return
         self._phase(slot, READY, "BackendReady")
-        slot.endpoint, slot.ready_since, slot.failures, slot.wanted = endpoint, now, 0, False
+        slot.endpoint, slot.ready_since, slot.failures, slot.wanted, slot.oom_retried = endpoint, now, 0, False, False
         activation = slot.activation or Activation(key, now)
         slot.activation = None
         self._observe(slot, activation, now)
@@ -269,12 +262,19 @@ class Arbiter:
             return
         if slot.activation is not None:
             self._emit(activation_failure_effect(slot, slot.activation, now))
-        self._fail(slot, "StartFailed", error, now)
+        oom = out_of_memory_step(slot, error, self.slots.values(), self.memory)
+        if oom is not None and oom.evict:  # evict the group's residents, then one retry
+            slot.running, slot.activation, slot.oom_retried = False, None, True
+            self._phase(slot, PENDING, "WaitingForMemory")
+            for victim in oom.evict:
+                self._swap(victim, slot, now, oom.cause, "out_of_memory")
+            return None
+        return self._fail(slot, "StartFailed", oom.refusal if oom is not None else error, now)
 
     def _fail(self, slot: Slot, reason: str, error: str, now: float) -> None:
         """The model server is gone without being asked to: Failed, backoff, waiting tickets rejected."""
         slot.running, slot.endpoint, slot.drain_until, slot.ready_since = False, None, None, None
-        slot.activation, slot.preempted_by = None, None
+        slot.activation, slot.preempted_by, slot.oom_retried = None, None, False
         slot.failures += 1
         backoff = self.policy.backoff(slot.failures)
         slot.retry_at, slot.wanted, slot.last_error, slot.stop_cause = now + backoff, False, error, ""
@@ -356,7 +356,7 @@ class Arbiter:
         for key, model in declared.items():
             slot = self.slots.get(key)
             if slot is None:
-                self.slots[key] = self._new_slot(model)
+                self.slots[key] = Slot(model, capacity=capacity(model, self.policy))
                 self._emit(ev.ModelDeclared(model))
                 continue
             if slot.removed or slot.model != model:
@@ -374,7 +374,7 @@ class Arbiter:
         group drains it off the old one."""
         moved = slot.group != Slot(model).group
         slot.model, slot.failures, slot.retry_at = model, 0, None
-        slot.capacity = self.capacity_of(model)
+        slot.capacity = capacity(model, self.policy)
         if not slot.running or slot.stopping:
             return
         if self.policy.restart_changed:
@@ -433,18 +433,12 @@ class Arbiter:
 
     # ------------------------------------------------------------ arbitration
 
-    def _groups(self) -> dict[str, list[Slot]]:
-        groups: dict[str, list[Slot]] = {}
-        for slot in self.slots.values():
-            groups.setdefault(slot.group or f"\0{slot.key}", []).append(slot)
-        return groups
-
     def _arbitrate(self, now: float) -> None:
         if self.shutting_down:
             return
-        for group, members in self._groups().items():
+        for group, members in group_members(self.slots.values()).items():
             holder = next((s for s in members if s.running), None)
-            if holder is None:
+            if holder is None or self.memory.budget(group) > 0:
                 self._start_next(group, members, now)
             elif holder.servable and holder.group is not None:
                 winner = challenger(holder, members, now, self.policy)
@@ -452,13 +446,19 @@ class Arbiter:
                     self._swap(holder, winner, now)
 
     def _start_next(self, group: str, members: list[Slot], now: float) -> None:
+        """Start the planned model or the best waiting one (a group with a memory budget: ``_pack``)."""
         planned_key = self.next_up.pop(group, None)
         planned = self.slots.get(planned_key) if planned_key is not None else None
         if planned is not None and not planned.wants_gpu(now, self.policy):
             planned.activation, planned = None, None
+        if self.memory.budget(group) > 0:
+            return self._pack(group, members, planned, now)
         winner = planned or first_choice(members, now, self.policy)
-        if winner is None:
-            return
+        if winner is not None:
+            self._launch(winner, members, now)
+        return None
+
+    def _launch(self, winner: Slot, members: list[Slot], now: float) -> None:
         for member in members:
             if member is not winner and member.activation is not None and member.activation.restart:
                 member.activation = None  # it lost its group's GPU: its next start is an activation of its own
@@ -470,12 +470,29 @@ class Arbiter:
         self._phase(winner, LOADING, "StartingBackend")
         self._emit(ev.StartModel(winner.key))
 
-    def _swap(self, holder: Slot, winner: Slot, now: float) -> None:
+    def _pack(self, group: str, members: list[Slot], planned: Slot | None, now: float) -> None:
+        """Start whoever fits beside the residents; else evict by cost for the next (``packing.next_step``)."""
+        while step := next_step(group, members, self.memory, planned.key if planned else None, now):
+            if step.refusal:
+                return self._fail(step.model, "InsufficientMemory", step.refusal, now)
+            if not step.start:
+                self.next_up[group] = step.model.key
+                for victim in step.evict:
+                    self._swap(victim, step.model, now, step.cause, "make_room")
+                return None
+            self._launch(step.model, [], now)
+            planned = None
+        return None
+
+    def _swap(self, holder: Slot, winner: Slot, now: float, cause: str = "", evicted_for: str = "") -> None:
+        """``holder`` makes way for ``winner``; ``evicted_for``: the reason counted in a group with a budget."""
         group = holder.group or ""
         self.next_up[group] = winner.key
         winner.activation = Activation(winner.key, now, "swap", holder.key, winner.oldest_wait)
+        if evicted_for:
+            self.memory.evicted(group, evicted_for)
         self._emit(ev.Preempted(group, holder.key, winner.key))
-        self._retire(holder, now, f"preempted by {winner.key}", winner)
+        self._retire(holder, now, cause or f"preempted by {winner.key}", winner)
 
     def _finish_shutdown(self) -> None:
         if self.shutting_down and not self._shutdown_done and not any(s.running for s in self.slots.values()):
@@ -483,28 +500,11 @@ class Arbiter:
             self._emit(ev.ShutdownComplete())
 
     def _schedule(self, now: float) -> None:
-        times = [t for t in self._deadlines() if t > now]
+        times = [t for t in deadlines(self.slots.values(), self.policy, self.memory) if t > now]
         wake = min(times, default=None)
         if wake != self._wake:
             self._wake = wake
             self._emit(ev.ScheduleWake(wake))
-
-    def _deadlines(self) -> Iterable[float]:
-        for slot in self.slots.values():
-            due = slot.queue.earliest_deadline()
-            if due is not None:
-                yield due
-            if slot.drain_until is not None and not slot.stopping:
-                yield slot.drain_until
-            idle_end = slot.idle_deadline(self.policy)
-            if idle_end is not None:
-                yield idle_end
-            if slot.retry_at is not None and slot.pinned(self.policy):
-                yield slot.retry_at
-        for members in self._groups().values():
-            holder = next((s for s in members if s.servable), None)
-            if holder is not None:
-                yield from decision_times(holder, members, self.policy)
 
     # ------------------------------------------------------------ small pieces
 

@@ -1,8 +1,10 @@
-"""The arbiter's policy knobs: starvation bound, anti-thrash hold, drain, queue limit, restart backoff."""
+"""The arbiter's policy knobs: starvation bound, anti-thrash hold, drain, queue limit, restart backoff, the
+memory budgets of the groups that pack by memory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class ArbiterPolicy:
     its ``idleTimeout``. Off where another program owns scaling (the in-cluster proxy: the manager keeps
     ``minReplicas`` and scales idle models to zero): a model then starts only for a request or a preload and
     stops only when told (unload, removal, shutdown) or when its engine reports it stopped."""
+    group_budgets: Mapping[str, float] = field(default_factory=dict)
+    """MiB by shared group (``namespace/group``, or a bare group name for every namespace): a group with a budget
+    keeps as many members running as fit (``flexinfer.core.arbiter.packing``); the others run one at a time."""
 
     def backoff(self, failures: int) -> float:
         """Backoff after ``failures`` consecutive failed starts (``failures`` >= 1)."""

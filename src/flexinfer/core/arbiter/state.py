@@ -18,6 +18,7 @@ from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.errors import ColdStartTimeoutError, ModelFailedError
 from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.phases import FAILED, IDLE, READY
+from flexinfer.core.profiles import declared_parallel, effective_limit
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
 
 
@@ -126,8 +127,10 @@ class Slot:
     last_swap: float | None = None
     removed: bool = False
     capacity: int = 0
-    """Grants at once (the model's parallel capacity and the proxy-wide cap, ``Arbiter.capacity_of``); 0 =
+    """Grants at once (the model's parallel capacity and the proxy-wide cap, ``capacity``); 0 =
     unlimited. Tickets beyond it wait in ``queue``."""
+    oom_retried: bool = False
+    """This activation's start already ran out of memory once (a group that packs by memory retries once)."""
 
     @property
     def key(self) -> ModelKey:
@@ -185,6 +188,33 @@ class Slot:
 
     def cold_start_budget(self, policy: ArbiterPolicy) -> float:
         return cold_start_timeout_seconds(self.model, policy.cold_start_timeout)
+
+
+def capacity(model: Model, policy: ArbiterPolicy) -> int:
+    """How many tickets ``model`` may hold at once (0 = unlimited)."""
+    return effective_limit(policy.max_concurrency, declared_parallel(model))
+
+
+def group_members(slots: Iterable[Slot]) -> dict[str, list[Slot]]:
+    """Slots by shared group (``namespace/group``); a model with its own GPU is a group of one."""
+    groups: dict[str, list[Slot]] = {}
+    for slot in slots:
+        groups.setdefault(slot.group or f"\0{slot.key}", []).append(slot)
+    return groups
+
+
+def waiting_reason(slots: Mapping[ModelKey, Slot], key: ModelKey) -> str:
+    """Why a request for ``key`` waits: ``queue`` (Ready, no free place), the activation's kind, else ``swap``
+    when another member of its group runs, else ``cold_start``."""
+    slot = slots.get(key)
+    if slot is None:
+        return "cold_start"
+    if slot.servable:
+        return "queue"
+    if slot.activation is not None:
+        return slot.activation.kind
+    peers = [s for s in slots.values() if s.group is not None and s.group == slot.group and s is not slot]
+    return "swap" if any(p.running for p in peers) else "cold_start"
 
 
 def express_keys(slots: Iterable[Slot]) -> frozenset[ModelKey]:

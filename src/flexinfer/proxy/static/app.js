@@ -36,7 +36,8 @@ function renderModels(models) {
     const row = el("tr", { "data-key": m.key, "data-phase": m.phase });
     row.append(el("td", {}, m.key), el("td", {}, m.group || "–"));
     const phase = el("td"); phase.append(el("span", { class: "phase phase-" + m.phase }, m.phase + (m.draining ? " (draining)" : "")));
-    row.append(phase, el("td", {}, String(m.queue_depth)), el("td", {}, String(m.in_flight)), el("td", {}, ago(m.last_swap_age)));
+    row.append(phase, el("td", {}, String(m.queue_depth)), el("td", {}, String(m.in_flight)), el("td", {}, ago(m.last_swap_age)),
+      el("td", {}, m.need ? `${mib(m.need.mib)} (${m.need.source})` : "–"));
     return row;
   }));
 }
@@ -45,6 +46,24 @@ function renderGroups(groups) {
   const names = Object.keys(groups).sort();
   $("groups").replaceChildren(...(names.length ? names.map((g) =>
     el("li", { "data-group": g, "data-holder": groups[g] || "" }, g + ": " + (groups[g] || "free"))) : [el("li", { class: "muted" }, "no shared GPU groups")]));
+}
+
+function mib(x) { return x >= 1024 ? (x / 1024).toFixed(1) + " GiB" : x.toFixed(x < 10 ? 1 : 0) + " MiB"; }
+
+// A bar per group that packs by memory: what its Ready members hold, what is reserved for the ones loading,
+// and the free rest of its budget.
+function renderMemory(groups) {
+  $("memory").replaceChildren(...(groups || []).map((g) => {
+    const used = Math.min(100, 100 * g.used_mib / g.budget_mib), reserved = Math.min(100 - used, 100 * g.reserved_mib / g.budget_mib);
+    const evicted = Object.values(g.evictions || {}).reduce((a, b) => a + b, 0);
+    const item = el("li", { class: "memory", "data-group": g.group, "data-used": g.used_mib, "data-reserved": g.reserved_mib, "data-budget": g.budget_mib });
+    item.append(el("div", { class: "memory-label" }, `${g.group}: ${mib(g.used_mib)} used, ${mib(g.reserved_mib)} loading, of ${mib(g.budget_mib)} (${g.models.length} running, ${evicted} evicted)`));
+    const bar = el("div", { class: "membar", title: g.models.join(", ") || "nothing running" });
+    bar.append(el("span", { class: "used", style: `width: ${used}%` }), el("span", { class: "reserved", style: `width: ${reserved}%` }));
+    item.append(bar);
+    return item;
+  }));
+  $("memory").hidden = !(groups || []).length;
 }
 
 // One row per activation. A row's 0 is its origin: the first request that waited for the group when the
@@ -177,7 +196,7 @@ async function refresh() {
     const status = await getJSON("/ui/api/status");
     $("mode").textContent = status.mode + " engine";
     logsAvailable = status.logs_available;
-    renderModels(status.models); renderGroups(status.groups); renderTimeline(status.activations);
+    renderModels(status.models); renderGroups(status.groups); renderMemory(status.memory_groups); renderTimeline(status.activations);
     renderLatency(status.durations); renderErrors(status.errors); renderLogChoices(status.models, logsAvailable);
     $("updated").textContent = "updated " + clock(status.now);
     await refreshLog();
