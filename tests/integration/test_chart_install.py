@@ -2,7 +2,8 @@
 CRDs installed from crds/, and `kubectl auth can-i` for the manager and proxy ServiceAccounts: each can do
 exactly what the RBAC tables in support.helm_chart list, and the listed forbidden actions are refused.
 
-There is no kubelet or scheduler, so pods stay Pending; helm runs without --wait. The tests share one release
+There is no kubelet or scheduler, so pods stay Pending; helm runs without --wait, and `helm uninstall` without
+its pre-delete hook (a Job that could never run here; tests/integration/realnode runs it). The tests share one release
 and run in file order: install, the names its NOTES print, permission checks, upgrade, rollback, uninstall;
 then a Flux-style revert (upgrade to the reverted chart and values) in a release of its own.
 """
@@ -170,7 +171,7 @@ def test_proxy_rbac_matrix(testbed: KubeTestbed, tmp_path_factory: pytest.TempPa
         assert [rule for rule, ok in cluster.items() if not ok] == []
         assert [r for r, ok in answers(testbed, manager, set(MANAGER_FORBIDDEN)).items() if ok] == []
     finally:
-        helm.run("uninstall", release, "--namespace", release, timeout=300)
+        helm.run("uninstall", release, "--namespace", release, "--no-hooks", timeout=300)
 
 
 LIFECYCLE = "flexinfer-lifecycle"
@@ -216,7 +217,7 @@ def test_upgrade_then_rollback_then_uninstall(testbed: KubeTestbed, tmp_path_fac
     assert "FLEXINFER_OTEL_ENABLED" not in manager
     assert absent("-n", LIFECYCLE, "get", "poddisruptionbudget", f"{LIFECYCLE}-proxy")
 
-    helm.run("uninstall", LIFECYCLE, *ns, timeout=300)
+    helm.run("uninstall", LIFECYCLE, *ns, "--no-hooks", timeout=300)
     assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-controller")
     assert absent("-n", LIFECYCLE, "get", "deployment", f"{LIFECYCLE}-proxy")
     assert absent("get", "clusterrole", f"{LIFECYCLE}-manager")
@@ -271,4 +272,4 @@ def test_a_reverted_chart_and_image_commit_rolls_back(testbed: KubeTestbed,
         assert charts == [f"flexinfer-{chart_version(base)}", f"flexinfer-{chart_version(rollout)}",
                           f"flexinfer-{chart_version(base)}"], charts
     finally:
-        helm.run("uninstall", REVERT, *ns, check=False, timeout=300)
+        helm.run("uninstall", REVERT, *ns, "--no-hooks", check=False, timeout=300)

@@ -184,24 +184,34 @@ async def _flash_concurrency(c: Cluster, name: str, value: str) -> bool:
 
 
 async def test_deletion_removes_the_objects_and_runs_the_tmpfs_cleanup(kube_testbed: Any) -> None:
+    """The cleanup Job goes to the node the model's pod last ran on (``status.gpu.node``); a shared model that
+    never ran anywhere gets none (its node selector names a node it never ran on, which may not exist)."""
     async with cluster(kube_testbed) as c:
         running = await start_manager(manager_config(c))
         try:
-            await c.create_model("gone", **GFX1100_SHARED)
-            await c.phase_is("gone", "Idle")
+            for name in ("gone", "never"):
+                await c.create_model(name, **GFX1100_SHARED)
+                await c.phase_is(name, "Idle")
             model = await c.model("gone")
             assert "flexinfer.ai/model-cleanup" in model["metadata"]["finalizers"]
-            await c.client.delete(ModelResource, "gone", namespace=c.namespace)
+            await c.client.patch(ModelResource.Status, "gone", {"status": {"gpu": {"node": "node-3"}}},
+                                 namespace=c.namespace, patch_type=PatchType.MERGE)
+            for name in ("gone", "never"):
+                await c.client.delete(ModelResource, name, namespace=c.namespace)
 
             async def gone() -> bool:
                 names = [m.metadata.name async for m in c.client.list(ModelResource, namespace=c.namespace)]
-                return "gone" not in names
-            await c.wait_for(gone, what="model deleted")
+                return not {"gone", "never"} & set(names)
+            await c.wait_for(gone, what="models deleted")
             assert await c.deployment("gone") is None and await c.service("gone") is None
             job = (await c.client.get(Job, "gone-tmpfs-cleanup", namespace=c.namespace)).to_dict()
-            command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-            assert command == ["rm", "-rf", f"/dev/shm/flexinfer/{c.namespace}/gone"]
+            spec = job["spec"]["template"]["spec"]
+            assert spec["containers"][0]["command"] == ["rm", "-rf", f"/dev/shm/flexinfer/{c.namespace}/gone"]
+            terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["node-3"]
             assert not job["metadata"].get("ownerReferences")
+            jobs = [j.metadata.name async for j in c.client.list(Job, namespace=c.namespace)]
+            assert jobs == ["gone-tmpfs-cleanup"]
         finally:
             await running.close()
 

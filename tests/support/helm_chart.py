@@ -60,6 +60,16 @@ PROXY_PERMISSIONS: frozenset[Rule] = frozenset(
     | _expand("ai.flexinfer", ("modeldemands",), ("create", "patch", "delete"))
 )
 """The proxy's rules: a Role in the release namespace, or a ClusterRole with proxy.allNamespaces=true."""
+UNINSTALL_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
+    _expand("ai.flexinfer", ("models",), ("get", "list", "patch"))
+    | _expand("apps", ("deployments",), ("delete",))
+    | _expand("", ("services",), ("delete",))
+    | _expand("", ("pods",), ("list",))
+    | _expand("batch", ("jobs",), ("create", "list", "delete"))
+)
+UNINSTALL_NAMESPACE_PERMISSIONS: frozenset[Rule] = frozenset(_expand("apps", ("deployments",), ("get", "patch")))
+"""The pre-delete hook's rules (`flexinfer uninstall`): cluster-wide, and in the release namespace (the manager's
+Deployment, scaled to zero)."""
 # Things each ServiceAccount must NOT be able to do (checked cluster-wide): everything the code does not
 # call, next to what it does (a rule widened by a wildcard or a stray verb shows up here).
 MANAGER_FORBIDDEN: tuple[Rule, ...] = (

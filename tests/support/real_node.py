@@ -49,14 +49,29 @@ def record(step: str, seconds: float) -> None:
     TIMINGS[step] = seconds
 
 
-def readme_quickstart() -> list[str]:
-    """The commands of README's "Quickstart: Kubernetes" block, comments stripped, in order."""
+def readme_quickstart(block: int = 0) -> list[str]:
+    """The commands of README's "Quickstart: Kubernetes" command blocks (0: the gfx1100 one with `helm install`,
+    1: examples/cpu-node's), comments stripped, in order."""
     from support.kube_testbed import REPO_ROOT
 
     text = (REPO_ROOT / "README.md").read_text()
     section = text.split("## Quickstart: Kubernetes", 1)[1].split("\n## ", 1)[0]
-    block = section.split("\n\n", 2)[1]
-    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("    ")]
+    blocks = [part for part in section.split("\n\n") if part.strip() and all(
+        line.startswith("    ") for line in part.strip("\n").splitlines())]
+    return [line.split("  #", 1)[0].strip() for line in blocks[block].splitlines() if line.startswith("    ")]
+
+
+def runbook_command(*words: str) -> str:
+    """The one command line of docs/operations/rocm-gfx1100.md's shell blocks containing every one of ``words``,
+    comment stripped (the journey tests run the runbook's steps as written)."""
+    from support.kube_testbed import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "operations" / "rocm-gfx1100.md").read_text()
+    blocks = [part.split("```", 1)[0] for part in text.split("```sh\n")[1:]]
+    lines = [line.strip().split("  #", 1)[0].strip() for block in blocks for line in block.splitlines()]
+    found = [line for line in lines if all(word in line for word in words)]
+    assert len(found) == 1, f"the runbook has {len(found)} commands with {words}: {found}"
+    return found[0]
 
 
 def unavailable_reason() -> str | None:
@@ -78,13 +93,43 @@ def _script(args: Sequence[str | Path], timeout: float) -> str:
     return proc.stdout
 
 
+VOLATILE_SYSCTLS = ("kernel.ns_last_pid", "kernel.random.", "kernel.perf_event_max_sample_rate", "kernel.tainted")
+"""Writable sysctls that are counters or kernel-tuned values, not settings: never compared."""
+HOST_ROOTS = (Path("/dev/shm/flexinfer"), Path("/var/lib/flexinfer"))
+"""Host directories the node's pods create (hostPath volumes: shared models' flash tmpfs, Local caches)."""
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What ``hack/kube-node down`` must give back: every writable sysctl's value, and the entries (three levels
+    deep) of the host directories the node's pods create."""
+
+    sysctls: dict[str, str]
+    paths: frozenset[str]
+
+
+def host_state() -> HostState:
+    """This host's writable sysctls (``sysctl -a``, a value of several lines joined) and ``HOST_ROOTS`` entries."""
+    values: dict[str, list[str]] = {}
+    for line in subprocess.run(["sysctl", "-a"], capture_output=True, text=True, check=False).stdout.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and not key.startswith(VOLATILE_SYSCTLS):
+            values.setdefault(key, []).append(value)
+    sysctls = {key: "\n".join(lines) for key, lines in values.items()
+               if os.access(Path("/proc/sys") / key.replace(".", "/"), os.W_OK)}
+    paths = {str(p) for root in HOST_ROOTS if root.is_dir()
+             for p in (root, *(q for q in root.rglob("*") if len(q.relative_to(root).parts) <= 3))}
+    return HostState(sysctls, frozenset(paths))
+
+
 @dataclass
 class RealNode:
-    """A running node: its env file's values, and whether this process started it."""
+    """A running node: its env file's values, whether this process started it, and (then) the host before."""
 
     env: dict[str, str]
     started: bool
     timings: dict[str, float] = field(default_factory=dict)
+    host_before: HostState | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -115,13 +160,15 @@ class RealNode:
 
 
 def start() -> RealNode:
-    """The node, started unless already up (``hack/kube-node up`` is idempotent)."""
+    """The node, started unless already up (``hack/kube-node up`` is idempotent); when this call starts it, the
+    host's state before ``up`` is kept (``host_before``) for the check that ``down`` restores it."""
     probe = subprocess.run([str(HACK_DIR / "kube-node"), "status"], capture_output=True, text=True,
                            timeout=60, check=False)
+    before = host_state() if probe.returncode != 0 else None
     began = time.monotonic()
     env_file = Path(_script([HACK_DIR / "kube-node", "up"], timeout=NODE_TIMEOUT_S).strip().splitlines()[-1])
     pairs = (line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
-    node = RealNode(dict(pairs), started=probe.returncode != 0)
+    node = RealNode(dict(pairs), started=probe.returncode != 0, host_before=before)
     node.timings["up"] = time.monotonic() - began
     return node
 
@@ -195,6 +242,41 @@ def create_weights(node: RealNode, names: Sequence[str] = ("tiny-a", "tiny-b")) 
     wait_for(lambda: node.get("pvc", WEIGHTS_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
              "the weights claim to be bound")
     return WEIGHTS_CLAIM
+
+
+EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "cpu-node"
+"""README's example that runs on any node: two llama.cpp Models in one shared group, ``Local`` weights."""
+LOCAL_CACHE_ROOT = Path("/var/lib/flexinfer/models")
+"""Where a ``Local`` cache lives on the node (``<root>/<namespace>/<model>``): the examples' ``model.gguf``."""
+
+
+def write_example_weights(namespace: str, names: Sequence[str] = ("tiny-a", "tiny-b")) -> list[Path]:
+    """A tiny GGUF as ``model.gguf`` in each model's ``Local`` cache directory on this (the node's) host, where
+    examples/cpu-node/README.md tells an operator to put one; returns the paths created (never an existing one,
+    so ``remove_created`` leaves a host's own files alone)."""
+    created: list[Path] = []
+    for seed, name in enumerate(names, start=1):
+        folder = LOCAL_CACHE_ROOT / namespace / name
+        missing = [p for p in (*reversed(folder.parents), folder) if not p.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in missing:
+            path.chmod(0o755)
+        weights = folder / "model.gguf"
+        if not weights.exists():
+            write_tiny_gguf(weights, seed=seed).chmod(0o644)
+            missing.append(weights)
+        created += [p for p in missing if p not in created]
+    return created
+
+
+def remove_created(paths: Sequence[Path]) -> None:
+    """Remove what ``write_example_weights`` created, deepest first (a directory only when empty)."""
+    for path in sorted(paths, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
 
 
 SHARED_PAIR = {"tiny-a": 100, "tiny-b": 200}

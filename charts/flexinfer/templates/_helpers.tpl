@@ -119,3 +119,8 @@ tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The pre-delete hook's Job, ServiceAccount and roles: <fullname>-uninstall. */}}
+{{- define "flexinfer.uninstall.fullname" -}}
+{{- printf "%s-uninstall" (include "flexinfer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -66,3 +66,33 @@ Services: status.endpoint carries the URL.
   resources: ["modeldemands"]
   verbs: ["create", "patch", "delete"]
 {{- end }}
+
+{{/*
+The pre-delete hook (`flexinfer uninstall`, templates/uninstall-hook.yaml), cluster-wide: read Models and remove
+their finalizer (patch); delete the model Deployments and Services; create the tmpfs cleanup Jobs, then wait for
+them and delete them (list, delete); list pods (where each model ran; which model pods still run).
+*/}}
+{{- define "flexinfer.uninstall.clusterRules" -}}
+- apiGroups: ["ai.flexinfer"]
+  resources: ["models"]
+  verbs: ["get", "list", "patch"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create", "list", "delete"]
+{{- end }}
+
+{{/* The pre-delete hook, release namespace only: scale the manager's Deployment to zero first. */}}
+{{- define "flexinfer.uninstall.namespaceRules" -}}
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "patch"]
+{{- end }}

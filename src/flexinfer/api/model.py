@@ -233,7 +233,8 @@ class GPUStatus(StatusModel):
     """``status.gpu``: the allocated GPU."""
 
     node: str | None = None
-    """Node the model runs on."""
+    """Node the model's pod runs on; while scaled to zero, the node it last ran on (where a shared model's
+    persistent tmpfs stays)."""
     device: str | None = None
     """GPU device."""
     vendor: str | None = None

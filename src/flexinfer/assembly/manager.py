@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from flexinfer.manager.config import ManagerConfig, manager_config
 from flexinfer.manager.connection import load_kubeconfig
 from flexinfer.manager.program import Manager
+from flexinfer.observability.exposition import exposition
 from flexinfer.observability.metrics import LifecycleMetrics
 from flexinfer.observability.tracing.config import tracing_settings
 from flexinfer.observability.tracing.provider import init_tracing
@@ -41,7 +42,7 @@ async def run_manager(config: ManagerConfig | None = None, *, env: Environment |
     tracing = init_tracing("flexinfer-manager", trace_settings)
     metrics = LifecycleMetrics(registry)
     scope = functools.partial(reconcile_span, tracing, metrics=metrics)
-    manager = Manager(config, kubeconfig, registry, metrics, scope)
+    manager = Manager(config, kubeconfig, functools.partial(exposition, registry), metrics, scope)
     if handle_signals:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

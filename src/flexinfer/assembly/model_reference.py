@@ -82,8 +82,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("args", "list of strings", "`[]`", BOTH,
               "Extra arguments of the model server, after FlexInfer's own, so they win where the server takes "
               "the last value: appended to the launch profile's command locally (ignored with `command`) and "
-              "to the container's args in Kubernetes. For `llama-server`, e.g. `[\"--ctx-size\", \"8192\", "
-              "\"--threads\", \"8\"]` (its context comes from here: 0, the default, takes the model's own)."),
+              "to the container's args in Kubernetes, unchanged. For `llama-server`, e.g. `[\"--ctx-size\", "
+              "\"8192\", \"--threads\", \"8\"]` (its context comes from here: 0, the default, takes the model's "
+              "own); it refuses a flag it does not know, so such a model fails to start with the server's message "
+              "(its phase, `flexinfer ps`, the 503 a waiting request gets)."),
     ConfigKey("llamacppServer", "`llama-server` \\| `python`", "`llama-server`", LOCAL,
               "Which server runs a `llamacpp` model: llama.cpp's `llama-server` (on `PATH`), or `python`: "
               "llama-cpp-python's `python -m llama_cpp.server` (`pip install 'flexinfer[llamacpp]'`), never "
@@ -97,7 +99,8 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("startupTimeout", "duration (or seconds)", "`5m` local (`FLEXINFER_START_TIMEOUT`), `15m` Kubernetes",
               BOTH, "How long the server may take to become ready (local readiness budget; Kubernetes startup "
               "probe)."),
-    ConfigKey("servedModelName", "string", "local: the model name; Kubernetes: the model id from `spec.source`",
+    ConfigKey("servedModelName", "string", "the model name (Kubernetes, backends other than llama.cpp and vLLM: "
+              "the model id from `spec.source`)",
               BOTH, "The name the model server answers to: the proxy rewrites the request body's `model` to it "
               "(see \"Two served model names\")."),
     ConfigKey("parallel", "integer ≥ 1", "from `--parallel`/`-np`/`--max-num-seqs` in `args`, else 1 for llama.cpp, "
@@ -237,9 +240,11 @@ They are different names, so both stay:
   request's `model` field, besides the model's own name and `namespace/name`. Kubernetes also writes it to the
   Service's `litellm.flexinfer.ai/served-model` annotation for a LiteLLM gateway.
 - `spec.config.servedModelName` is the name the **model server** answers to: the proxy rewrites the request
-  body's `model` to it before forwarding, and locally it fills the `{served_name}` placeholder of the launch
-  command. Default: the model's name (local) or the model id taken from `spec.source` (Kubernetes: what the
-  backend images load, e.g. `Qwen/Qwen3-8B` for `HF://Qwen/Qwen3-8B`).
+  body's `model` to it before forwarding, and the server is told it (`llama-server --alias`, vLLM
+  `--served-model-name`; locally also the `{served_name}` placeholder of `command`), so a response's `model` is
+  this name in both engines, never a file path. Default: the model's name; in Kubernetes, for a backend whose
+  server takes no such flag (Ollama, MLC LLM, …), the model id taken from `spec.source` (what its image loads,
+  e.g. `qwen3:8b` for `ollama://qwen3:8b`).
 
 Example: with `metadata.name: qwen3-8b`, `spec.litellm.servedModelName: chat` and
 `spec.config.servedModelName: qwen3`, a request for `chat` (or `qwen3-8b`) reaches the server as `qwen3`.

@@ -6,7 +6,8 @@ read, so output is reproducible; an unparsable value is rendered as the manager 
 a warning naming it goes to stderr) and the ModelCaches found in the same inputs. The manifests are checked
 first, with the checks ``validate`` runs (``flexinfer.local.validation.manifest_problems``) except those
 against this machine. ``--cleanup-jobs`` adds the
-tmpfs cleanup Job a shared model gets on deletion.
+tmpfs cleanup Job a shared model gets on deletion, pinned to ``--node`` (the manager pins it to the node the
+model's pod ran on; by default the model's ``kubernetes.io/hostname`` node selector stands in for it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--replicas", type=int_at_least(0), default=1, metavar="N",
                         help="Deployment replicas to render (default 1; the manager decides at run time)")
     parser.add_argument("--cleanup-jobs", action="store_true", help="also print tmpfs cleanup Jobs")
+    parser.add_argument("--node", metavar="NAME", default="",
+                        help="node of the cleanup Jobs (default: the model's kubernetes.io/hostname node selector)")
     return parser
 
 
@@ -59,7 +62,8 @@ def load_defaults(env_file: str | None) -> ControllerDefaults:
 
 
 def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas: int,
-                       cleanup_jobs: bool = False, manifests: list[Manifest] | None = None) -> list[dict[str, Any]]:
+                       cleanup_jobs: bool = False, manifests: list[Manifest] | None = None, *,
+                       node: str = "") -> list[dict[str, Any]]:
     """Every object for every Model under ``paths`` (or in ``manifests``, already loaded), in input order."""
     from flexinfer.api.loading import load_manifests  # the renderer's stack: for a run, not for ``--help``
     from flexinfer.api.model import Model
@@ -76,7 +80,8 @@ def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas:
     docs: list[dict[str, Any]] = []
     for model in (r for r in resources if isinstance(r, Model)):
         docs.extend(render_model(model, caches, defaults, replicas))
-        job = render_tmpfs_cleanup_job(model) if cleanup_jobs else None
+        where = node or model.spec.node_selector.get("kubernetes.io/hostname", "")
+        job = render_tmpfs_cleanup_job(model, where, defaults) if cleanup_jobs else None
         if job is not None:
             docs.append(job)
     return docs
@@ -85,7 +90,8 @@ def rendered_documents(paths: list[str], defaults: ControllerDefaults, replicas:
 def run(args: argparse.Namespace) -> int:
     defaults = load_defaults(args.env_file)
     manifests, _ = load(args)
-    docs = rendered_documents(args.filename, defaults, args.replicas, args.cleanup_jobs, manifests)
+    docs = rendered_documents(args.filename, defaults, args.replicas, args.cleanup_jobs, manifests,
+                              node=args.node)
     if args.output == "json":
         print_data({"apiVersion": "v1", "kind": "List", "items": docs}, "json")
     else:

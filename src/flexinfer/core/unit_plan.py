@@ -66,6 +66,7 @@ from flexinfer.core.model_status.build import (
     failed_status,
     loading_detail,
     newest_pod,
+    placed_on,
     ready_source,
     status_patch,
     with_ignored_fields,
@@ -390,7 +391,7 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now, failure=found)
     failure = found if inputs.phase == phases.FAILED else None
     ignored = _ignored(model, facts)
-    status = _status(model, inputs, ignored)
+    status = placed_on(_status(model, inputs, ignored), pod)
     detail = inputs.loading
     pod_name = str(((pod or {}).get("metadata") or {}).get("name") or "")
     log = None

@@ -1,9 +1,12 @@
 """What happens when a Model is deleted (spec §2.5), run by the kopf deletion handler before the
-finalizer ``flexinfer.ai/model-cleanup`` is released.
+finalizer ``flexinfer.ai/model-cleanup`` is released, and by ``flexinfer uninstall`` for every Model.
 
-Delete the model's Deployment and Service (already gone = fine), then create the ``<model>-tmpfs-cleanup``
-Job for shared models pinned to a node (AlreadyExists = fine). Every failure is logged and the deletion
-proceeds: a cleanup problem must never keep a Model stuck in Terminating. Used by ``flexinfer.manager.program``.
+Delete the model's Deployment and Service (already gone = fine), then, for a shared model whose pod ran on a
+node (its newest bound pod's node, else ``status.gpu.node``: where it last ran), create the
+``<model>-tmpfs-cleanup`` Job on that node (AlreadyExists = fine). A model that never ran gets no Job: there is
+nothing to clean, and a Job pinned to a node that never held its tmpfs (or does not exist) would never run.
+Every failure is logged and the deletion proceeds: a cleanup problem must never keep a Model stuck in
+Terminating. Used by ``flexinfer.manager.program`` and ``flexinfer.manager.uninstall``.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx2
 from lightkube import ApiError
 
 from flexinfer.api.errors import InvalidResourceError
 from flexinfer.api.loading import parse_stored
 from flexinfer.api.model import Model
+from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.manifests.render import render_tmpfs_cleanup_job
 from flexinfer.manager.client import KubeApi
 
@@ -31,24 +36,41 @@ def parsed_model(body: Body) -> Model | None:
     return resource if isinstance(resource, Model) else None
 
 
-async def cleanup_model(api: KubeApi, body: Body) -> list[str]:
+def last_node(body: Body) -> str:
+    """``status.gpu.node`` as stored: the node the model's pod last ran on."""
+    gpu = (body.get("status") or {}).get("gpu") or {}
+    return str(gpu.get("node") or "")
+
+
+async def cleanup_model(api: KubeApi, body: Body, defaults: ControllerDefaults) -> list[str]:
     """Delete the Deployment and Service, create the tmpfs cleanup Job; returns what was done."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     done: list[str] = []
+    model = parsed_model(body)
+    node = await _node(api, namespace, name, body) if model is not None and model.group is not None else ""
     for kind in ("Deployment", "Service"):
         try:
             if await api.delete(kind, namespace, name):
                 done.append(f"deleted {kind} {name}")
         except (ApiError, OSError) as error:
             log.warning("model %s/%s: cannot delete %s: %s (continuing)", namespace, name, kind, error)
-    model = parsed_model(body)
-    job = render_tmpfs_cleanup_job(model) if model is not None else None
+    job = render_tmpfs_cleanup_job(model, node, defaults) if model is not None else None
     if job is not None:
         try:
             created = await api.create_job(job)
-            done.append(f"{'created' if created else 'kept existing'} Job {job['metadata']['name']}")
+            done.append(f"{'created' if created else 'kept existing'} Job {job['metadata']['name']} on node {node}")
         except (ApiError, OSError) as error:
             log.warning("model %s/%s: cannot create the tmpfs cleanup Job: %s (continuing)", namespace, name, error)
     log.info("model %s/%s deleted: %s", namespace, name, ", ".join(done) or "nothing to clean up")
     return done
+
+
+async def _node(api: KubeApi, namespace: str, name: str, body: Body) -> str:
+    """Where the model's persistent tmpfs is: its newest bound pod's node, else the node it last ran on."""
+    try:
+        current = await api.model_pod_node(namespace, name)
+    except (ApiError, httpx2.HTTPError, OSError) as error:
+        log.warning("model %s/%s: cannot list its pods: %s (using status.gpu.node)", namespace, name, error)
+        current = ""
+    return current or last_node(body)

@@ -7,6 +7,7 @@
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
 - ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
   cache) when a preemption must know every in-flight report written before it;
+- ``model_pod_node``: the node of a model's newest pod bound to one (the tmpfs cleanup's target);
 - ``pod_log_tail``: the newest lines of a loading (or a crashed) model server's log (``pods/log``), empty when
   unreadable.
 
@@ -28,9 +29,10 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, PodLog, Service
+from lightkube.resources.core_v1 import Event, Pod, PodLog, Service
 from lightkube.types import PatchType
 
+from flexinfer.api.conventions import MODEL_LABEL
 from flexinfer.api.model import API_VERSION, KIND
 
 log = logging.getLogger("flexinfer.manager")
@@ -76,6 +78,13 @@ class KubeApi:
         except (ApiError, httpx2.HTTPError, OSError) as error:
             log.warning("cannot list the proxy reports in %s: %s", namespace, error)
             return None
+
+    async def model_pod_node(self, namespace: str, model: str) -> str:
+        """The node of the newest pod of ``model`` that is bound to one (``""``: none)."""
+        pods = [_plain(p) async for p in self.client.list(Pod, namespace=namespace, labels={MODEL_LABEL: model})]
+        bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+        newest = max(bound, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""), default=None)
+        return str(newest["spec"]["nodeName"]) if newest is not None else ""
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Delete an object; ``False`` when it was already gone."""

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
-from prometheus_client import CollectorRegistry
 
 from flexinfer.manager.cleanup import cleanup_model, parsed_model
 from flexinfer.manager.client import FIELD_MANAGER, KubeApi
@@ -27,7 +26,7 @@ from flexinfer.manager.connection import connection_info
 from flexinfer.manager.http import HttpServer, health_app, metrics_app, parse_bind_address
 from flexinfer.manager.leader import LeaderElector
 from flexinfer.manager.operator import OperatorThread, build_registry, operator_settings
-from flexinfer.manager.ports import ReconcileScope
+from flexinfer.manager.ports import Exposition, ReconcileScope
 from flexinfer.manager.queue import ReconcileQueue
 from flexinfer.manager.reconciler import Reconciler
 from flexinfer.manager.store import Store, Unit
@@ -52,9 +51,9 @@ class Endpoints:
 class Manager:
     """See the module docstring."""
 
-    def __init__(self, config: ManagerConfig, kubeconfig: KubeConfig, registry: CollectorRegistry,
+    def __init__(self, config: ManagerConfig, kubeconfig: KubeConfig, exposition: Exposition,
                  sink: LifecycleObserver, scope: ReconcileScope) -> None:
-        self.config, self._kubeconfig, self._registry = config, kubeconfig, registry
+        self.config, self._kubeconfig, self._exposition = config, kubeconfig, exposition
         self.client = AsyncClient(kubeconfig, field_manager=FIELD_MANAGER)
         self.api = KubeApi(self.client)
         self.store = Store()
@@ -94,7 +93,7 @@ class Manager:
 
     async def deleting(self, body: Body) -> None:
         """The Model is being deleted: clean up, forget it, let its group re-elect."""
-        await cleanup_model(self.api, body)
+        await cleanup_model(self.api, body, self.config.defaults)
         meta = body.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         self.reconciler.forget(parsed_model(body), namespace, name)
@@ -129,7 +128,7 @@ class Manager:
     async def _start_http(self) -> list[HttpServer]:
         servers: list[HttpServer] = []
         for flag, text, app in (
-                ("--metrics-bind-address", self.config.metrics_bind_address, metrics_app(self._registry)),
+                ("--metrics-bind-address", self.config.metrics_bind_address, metrics_app(self._exposition)),
                 ("--health-probe-bind-address", self.config.health_probe_bind_address, health_app(self.ready))):
             address = parse_bind_address(text, flag)
             if address is None:

@@ -99,7 +99,8 @@ class Reconciler:
             pods_gone_at={n: gone for n in names if (gone := self._store.pods_gone_at(ns, n)) is not None},
             reports=self._store.demands(ns) if reports is None else reports, caches=self._store.caches(ns),
             cache_problems=[CacheProblem(*c) for c in self._store.cache_problems(ns)],
-            group=unit.name if unit.group else None, leases=self._store.leases(ns) if unit.group else ())
+            group=unit.name if unit.group else None,
+            leases=self._store.leases(ns, unit.name) if unit.group else ())
 
     def _ready_seen(self, namespace: str, deployments: Mapping[str, Body],
                     pods: Mapping[str, Sequence[Body]]) -> dict[tuple[str, str], datetime]:

@@ -99,8 +99,9 @@ def watch(node: RealNode) -> Iterator[ApiWatch]:
 def test_cold_start_then_swap_loses_nothing(node: RealNode, models: None, watch: ApiWatch) -> None:
     client = proxy_client(node)
     began = time.monotonic()
-    chat(client, "tiny-a")
+    served = chat(client, "tiny-a")
     cold_start = time.monotonic() - began
+    assert served == "tiny-a", "the answer's `model` is the Model's name, not the file its server loads"
     cold_decision = min(t for t in (
         watch.first(began, "Deployment", "tiny-a", lambda d: d["spec"].get("replicas") == 1),
         watch.first(began, "Model", "tiny-a", lambda m: model_phase(m) in ("Pending", "Loading"))) if t is not None)
@@ -122,7 +123,7 @@ def test_cold_start_then_swap_loses_nothing(node: RealNode, models: None, watch:
 
     def ask_b() -> None:
         try:
-            chat(client, "tiny-b")
+            assert chat(client, "tiny-b") == "tiny-b"
         except BaseException as exc:
             errors.append(exc)
 

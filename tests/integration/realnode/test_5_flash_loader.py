@@ -5,7 +5,7 @@ server loads them from there. A matching ModelCache's concurrency and tmpfsSizeL
 (init container env, the emptyDir's size as `df` sees it).
 
 The same upgrade caps each flash-loader's copy rate (`controller.runtime.flashLoader.maxRate`) and lowers the
-proxy's stall deadline (`proxy.timeouts.stall`): a Model whose volume holds 48 MiB more stages for about 48 s,
+proxy's stall deadline (`proxy.timeouts.stall`): a Model whose weights are a 56 MiB file stages for about 56 s,
 more than twice the deadline, and its request still succeeds, because the manager keeps moving the Model's
 `loadingProgressAt` from the flash-loader's progress lines. The upgrade is undone at the end."""
 
@@ -22,13 +22,15 @@ from openai import OpenAI
 
 from support.helm_chart import CHART_DIR, Helm
 from support.real_node import NAMESPACE, RELEASE, WEIGHTS_MANIFEST, ApiWatch, RealNode, record, wait_for
-from support.tiny_gguf import write_tiny_gguf
+from support.tiny_gguf import Dimensions, write_tiny_gguf
 
 MODEL = "tiny-flash"
 SIZE_LIMIT_MI = 64
 SLOW_MODEL = "slow-flash"
 SLOW_CLAIM = "slow-weights"
-PADDING_MI = 48
+SLOW_DIMS = Dimensions(embd=768, layers=2, ff=2048)
+SLOW_MI = 56
+"""The size of a model of ``SLOW_DIMS`` (f32 weights), MiB rounded up: staged at MAX_RATE_MI, about as many s."""
 MAX_RATE_MI = 1
 STALL_S = 20
 UPGRADE = ("controller.runtime.flashLoader.enabled=true", f"controller.runtime.flashLoader.maxRate={MAX_RATE_MI}Mi",
@@ -127,7 +129,7 @@ kind: Model
 metadata: {{name: {SLOW_MODEL}, namespace: {NAMESPACE}}}
 spec:
   backend: llamacpp
-  source: pvc://{SLOW_CLAIM}/tiny-a.gguf
+  source: pvc://{SLOW_CLAIM}/slow.gguf
   cache: {{strategy: Local, flashLoader: {{enabled: true, concurrency: 1, tmpfsSizeLimit: 128Mi}}}}
   serverless: {{enabled: true, idleTimeout: 10m, coldStartTimeout: 240s}}
   resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
@@ -136,13 +138,14 @@ spec:
 
 @pytest.fixture
 def slow_model(node: RealNode, flash_release: None) -> Iterator[None]:
-    """tiny-a.gguf plus {PADDING_MI} MiB the flash-loader stages too, on their own hostPath volume."""
+    """A llama.cpp model of about SLOW_MI MiB, on its own hostPath volume (the flash-loader stages the model's own
+    file, not the rest of a volume: the weights themselves must be big)."""
     path = node.state_dir / SLOW_CLAIM
     path.mkdir(exist_ok=True)
     path.chmod(0o755)
-    write_tiny_gguf(path / "tiny-a.gguf", seed=1).chmod(0o644)
-    (path / "padding.bin").write_bytes(bytes(PADDING_MI << 20))
-    (path / "padding.bin").chmod(0o644)
+    weights = write_tiny_gguf(path / "slow.gguf", seed=1, dims=SLOW_DIMS)
+    weights.chmod(0o644)
+    assert (SLOW_MI - 1) << 20 < weights.stat().st_size <= SLOW_MI << 20, weights.stat().st_size
     node.apply(WEIGHTS_MANIFEST.format(claim=SLOW_CLAIM, path=path, namespace=NAMESPACE))
     wait_for(lambda: node.get("pvc", SLOW_CLAIM, "-n", NAMESPACE)["status"].get("phase") == "Bound", 60,
              "the slow weights claim to be bound")
@@ -164,7 +167,7 @@ def test_a_staging_longer_than_the_stall_deadline_does_not_fail_requests(node: R
         began = time.monotonic()
         reply = proxy_client(node).chat.completions.create(
             model=SLOW_MODEL, max_tokens=4, messages=[{"role": "user", "content": "hi"}])
-        record(f"cold start, {PADDING_MI // MAX_RATE_MI} s staging (request -> reply)", time.monotonic() - began)
+        record(f"cold start, {SLOW_MI // MAX_RATE_MI} s staging (request -> reply)", time.monotonic() - began)
         assert reply.choices[0].finish_reason in ("length", "stop")
         with watch.lock:
             statuses = [obj.get("status", {}) for _, kind, obj in watch.events

@@ -1,6 +1,8 @@
 """Journey step 7: models that can never become Ready fail their callers fast, naming the cause (issue #23,
-defect 6). A llama.cpp Model whose weights file is missing crashes at start (CrashLoopBackOff); one whose image
-has a typo cannot be pulled (ImagePullBackOff; no registry is reachable from the node). Neither sets a
+defect 6). A llama.cpp Model whose weights file is missing crashes at start (CrashLoopBackOff); so does one whose
+`spec.config.args` carry a flag llama-server does not know (the args reach it unchanged, and its own message is
+what the caller reads); one whose image has a typo cannot be pulled (ImagePullBackOff; no registry is reachable
+from the node). Neither sets a
 `coldStartTimeout`, so a waiting request's budget is the chart's 10 minutes: it must get a 503 naming the cause
 within a minute instead, the Model must be Failed with the cause on its `Ready` condition and in `kubectl get
 mdl`, and a Warning event named after the cause must be on the Model. (The unschedulable case is the
@@ -31,6 +33,16 @@ spec:
 ---
 apiVersion: ai.flexinfer/v1alpha2
 kind: Model
+metadata: {{name: tiny-bogus, namespace: {NAMESPACE}}}
+spec:
+  backend: llamacpp
+  source: pvc://{WEIGHTS_CLAIM}/tiny-a.gguf
+  config: {{args: ["--bogus-flag"]}}
+  serverless: {{enabled: true, idleTimeout: 10m}}
+  resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
+---
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
 metadata: {{name: tiny-typo, namespace: {NAMESPACE}}}
 spec:
   backend: llamacpp
@@ -39,15 +51,16 @@ spec:
   serverless: {{enabled: true, idleTimeout: 10m}}
   resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
 """
-CASES = [("tiny-crash", "CrashLoopBackOff", "crashed"), ("tiny-typo", "ImagePullBackOff", "llamacpp-sever")]
+CASES = [("tiny-crash", "CrashLoopBackOff", "crashed"), ("tiny-bogus", "CrashLoopBackOff", "--bogus-flag"),
+         ("tiny-typo", "ImagePullBackOff", "llamacpp-sever")]
 
 
 @pytest.fixture(scope="module")
 def broken(node: RealNode, weights: str) -> Iterator[None]:
     node.apply(BROKEN)
     yield
-    node.kubectl("delete", "mdl", "tiny-crash", "tiny-typo", "-n", NAMESPACE, "--wait=true", "--timeout=120s",
-                 check=False)
+    node.kubectl("delete", "mdl", "tiny-crash", "tiny-bogus", "tiny-typo", "-n", NAMESPACE, "--wait=true",
+                 "--timeout=120s", check=False)
 
 
 @pytest.mark.parametrize(("model", "reason", "words"), CASES, ids=[c[0] for c in CASES])

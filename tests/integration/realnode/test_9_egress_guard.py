@@ -1,6 +1,6 @@
-"""Last step: nothing any cluster process or pod sent left the machine (the egress guard of hack/kube-node
-counted no drop). A non-zero count is a bug to fix at its source, never to hide; the kernel log names each
-dropped packet (prefix ``flexinfer-node-guard:``).
+"""Last step before the node goes down (test_9_host_restored.py): nothing any cluster process or pod sent left
+the machine (the egress guard of hack/kube-node counted no drop). A non-zero count is a bug to fix at its
+source, never to hide; the kernel log names each dropped packet (prefix ``flexinfer-node-guard:``).
 
 A packet the host sends to a ClusterIP is routed before kube-proxy's rules translate it. When no rule
 translates it (the Service was removed a moment ago and the host's connection still closes with a FIN, or the

@@ -86,18 +86,24 @@ def test_default_render_has_the_expected_objects(default_docs: list[dict[str, An
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in default_docs)
     assert kinds == [
         ("ClusterRole", "flexinfer-manager"),
+        ("ClusterRole", "flexinfer-uninstall"),
         ("ClusterRoleBinding", "flexinfer-manager"),
+        ("ClusterRoleBinding", "flexinfer-uninstall"),
         ("Deployment", "flexinfer-controller"),
         ("Deployment", "flexinfer-proxy"),
+        ("Job", "flexinfer-uninstall"),
         ("Role", "flexinfer-manager-leader-election"),
         ("Role", "flexinfer-proxy"),
+        ("Role", "flexinfer-uninstall"),
         ("RoleBinding", "flexinfer-manager-leader-election"),
         ("RoleBinding", "flexinfer-proxy"),
+        ("RoleBinding", "flexinfer-uninstall"),
         ("Service", "flexinfer-controller-metrics"),
         ("Service", "flexinfer-proxy"),
         ("ServiceAccount", "flexinfer-manager"),
         ("ServiceAccount", "flexinfer-proxy"),
-    ]
+        ("ServiceAccount", "flexinfer-uninstall"),
+    ]  # the *-uninstall objects are the pre-delete hook's (test_chart_uninstall.py)
     namespaced = [d for d in default_docs if not d["kind"].startswith("Cluster")]
     assert {d["metadata"]["namespace"] for d in namespaced} == {NAMESPACE}
 

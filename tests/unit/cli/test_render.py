@@ -27,12 +27,12 @@ def by_kind_name(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
 def test_examples_render_shm_flash_loader_and_rocm_profile(capsys: pytest.CaptureFixture[str]) -> None:
     docs = by_kind_name(render(capsys, "-f", str(EXAMPLES)))
     assert set(docs) == {(k, n) for k in ("Deployment", "Service")
-                         for n in ("qwen25-7b-chat", "qwen25-coder-7b", "tinyllama-cpu")}
+                         for n in ("qwen25-7b-chat", "qwen25-coder-7b", "tinyllama-cpu", "tiny-a", "tiny-b")}
     pod = docs["Deployment", "qwen25-7b-chat"]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
     assert volumes["flash-tmpfs"]["hostPath"]["path"] == "/dev/shm/flexinfer/default/qwen25-7b-chat"
-    assert [c["name"] for c in pod["initContainers"]] == ["flash-loader"]
+    assert [c["name"] for c in pod["initContainers"]] == ["flash-tmpfs-owner", "flash-loader"]
     main_container = pod["containers"][0]
     assert {"name": "HSA_OVERRIDE_GFX_VERSION", "value": "11.0.0"} in main_container["env"]
     assert main_container["resources"]["limits"]["amd.com/gpu"] == "1"
@@ -43,8 +43,8 @@ def test_examples_render_shm_flash_loader_and_rocm_profile(capsys: pytest.Captur
 
 def test_example_model_cache_overrides_the_coder_loader(capsys: pytest.CaptureFixture[str]) -> None:
     docs = by_kind_name(render(capsys, "-f", str(EXAMPLES)))
-    coder_loader = docs["Deployment", "qwen25-coder-7b"]["spec"]["template"]["spec"]["initContainers"][0]
-    chat_loader = docs["Deployment", "qwen25-7b-chat"]["spec"]["template"]["spec"]["initContainers"][0]
+    coder_loader = docs["Deployment", "qwen25-coder-7b"]["spec"]["template"]["spec"]["initContainers"][-1]
+    chat_loader = docs["Deployment", "qwen25-7b-chat"]["spec"]["template"]["spec"]["initContainers"][-1]
     assert {"name": "FLASH_CONCURRENCY", "value": "8"} in coder_loader["env"]
     assert {"name": "FLASH_CONCURRENCY", "value": "4"} in chat_loader["env"]
 
@@ -70,7 +70,12 @@ def test_env_file_and_replicas(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_cleanup_jobs_flag(capsys: pytest.CaptureFixture[str]) -> None:
     docs = by_kind_name(render(capsys, "-f", str(EXAMPLES), "--cleanup-jobs"))
+    # The shared examples pinned by kubernetes.io/hostname; the cpu-node pair names no node.
     assert {n for k, n in docs if k == "Job"} == {"qwen25-7b-chat-tmpfs-cleanup", "qwen25-coder-7b-tmpfs-cleanup"}
+    docs = by_kind_name(render(capsys, "-f", str(EXAMPLES / "cpu-node"), "--cleanup-jobs", "--node", "n1"))
+    job = docs["Job", "tiny-a-tmpfs-cleanup"]["spec"]["template"]["spec"]
+    assert job["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
 
 
 @pytest.mark.parametrize(("content", "message"), [

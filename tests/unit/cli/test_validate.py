@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_examples_validate(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--offline", "-f", str(REPO / "examples")]) == 0  # example weights are elsewhere
-    assert capsys.readouterr().out == "ok: 4 resources\n"
+    assert capsys.readouterr().out == "ok: 6 resources\n"
 
 
 def test_broken_manifest_names_file_document_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

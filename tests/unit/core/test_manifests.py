@@ -8,7 +8,7 @@ import pytest
 
 from flexinfer.core.controller_defaults import controller_defaults
 from flexinfer.core.errors import ConfigError
-from flexinfer.core.manifests.render import render_model, render_tmpfs_cleanup_job, selector_labels
+from flexinfer.core.manifests.render import render_model, selector_labels
 from support.resource_builders import make_cache, make_model
 
 ON = {"DEFAULT_FLASH_LOADER_ENABLED": "true"}
@@ -111,7 +111,8 @@ def test_pvc_sub_path_is_preserved_on_the_renamed_mount() -> None:
     deployment, _ = render(env=ON, source="pvc://weights/qwen/7b")
     assert mounts(deployment)["/models"] == {"name": "flash-tmpfs", "mountPath": "/models", "subPath": "qwen/7b"}
     assert volumes(deployment)["model"]["persistentVolumeClaim"] == {"claimName": "weights"}
-    assert mounts(deployment, "flash-loader")["/src"] == {"name": "model", "mountPath": "/src", "readOnly": True}
+    assert mounts(deployment, "flash-loader")["/src/qwen/7b"] == {
+        "name": "model", "mountPath": "/src/qwen/7b", "subPath": "qwen/7b", "readOnly": True}
     assert container(deployment)["args"][:2] == ["--model", "/models"]
 
 
@@ -170,7 +171,7 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
     assert container(deployment)["resources"] == {"limits": {"cpu": "2"}}
     assert container(deployment)["image"] == "ghcr.io/ggml-org/llama.cpp:server"
     assert container(deployment)["args"] == ["--model", "/m/tiny.gguf", "--host", "0.0.0.0", "--port", "8080",
-                                             "--parallel", "1"]
+                                             "--alias", "m", "--parallel", "1"]
 
 
 @pytest.mark.parametrize(("backend", "config", "expected"), [
@@ -185,7 +186,7 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
 def test_server_is_told_its_parallel_capacity(backend: str, config: dict[str, Any], expected: list[str]) -> None:
     """The same capacity the arbiter enforces (``Slot.capacity``) reaches the server's command line."""
     args = container(render(backend=backend, source="file:///m/x.gguf", config=config)[0])["args"]
-    assert args[6:] == expected
+    assert args[8:] == expected  # after --model, --host, --port and the served name
 
 
 @pytest.mark.parametrize("config", [{"parallel": 0}, {"parallel": "two"}, {"parallel": 2, "args": ["--parallel", "3"]},
@@ -264,28 +265,3 @@ def test_service() -> None:
     assert service["metadata"]["annotations"] == {
         "litellm.flexinfer.ai/served-model": "q", "litellm.flexinfer.ai/aliases": "a,b",
         "litellm.flexinfer.ai/copilot-model": "c", "flexinfer.ai/service-labels": "code,chat"}
-
-
-def test_cleanup_job_for_shared_model_with_node_selector() -> None:
-    job = render_tmpfs_cleanup_job(make_model(name="m", namespace="ml", **AMD_SHARED_LOCAL))
-    assert job is not None and job["metadata"]["name"] == "m-tmpfs-cleanup"
-    assert "ownerReferences" not in job["metadata"]
-    assert job["metadata"]["labels"]["flexinfer.ai/gpu-group"] == "gfx1100-0"
-    assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (1, 120)
-    spec = job["spec"]["template"]["spec"]
-    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
-    assert spec["tolerations"][0]["key"] == "dedicated"
-    [cleanup] = spec["containers"]
-    assert cleanup["command"] == ["rm", "-rf", "/dev/shm/flexinfer/ml/m"]
-    assert cleanup["volumeMounts"] == [{"name": "flash-tmpfs-root", "mountPath": "/dev/shm/flexinfer"}]
-    assert spec["volumes"][0]["hostPath"] == {"path": "/dev/shm/flexinfer", "type": "DirectoryOrCreate"}
-    assert not set(selector_labels(make_model(name="m"))).issubset(job["spec"]["template"]["metadata"]["labels"])
-
-
-@pytest.mark.parametrize(("name", "spec"), [
-    ("exclusive model", {"gpu": {"vendor": "amd"}}),
-    ("shared model without node selector", {"gpu": {"vendor": "amd", "shared": "g"}}),
-])
-def test_no_cleanup_job(name: str, spec: dict[str, Any]) -> None:
-    assert render_tmpfs_cleanup_job(make_model(**spec)) is None, name

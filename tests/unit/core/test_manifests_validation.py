@@ -34,7 +34,7 @@ def test_rendered_objects_validate_strictly(case: str, replicas: int) -> None:
     model = make_model(name="m-1", namespace="team-a", uid="0f3c", **MATRIX[case])
     cache = make_cache(name="m-1-cache", namespace="team-a", flash_loader={"enabled": True, "concurrency": 8})
     docs = render_model(model, [cache], controller_defaults(ENV), replicas)
-    job = render_tmpfs_cleanup_job(model)
+    job = render_tmpfs_cleanup_job(model, "node-1", controller_defaults(ENV))
     objects = [*docs, *([job] if job else [])]
     for doc in objects:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises ValidationError on any problem

@@ -139,6 +139,7 @@ def render_model(
     return [render_deployment(model, inputs, replicas, _metadata(model)), render_service(model)]
 
 
-def render_tmpfs_cleanup_job(model: Model) -> Json | None:
-    """The Job emptying a deleted shared model's ``/dev/shm/flexinfer/<ns>/<model>``; ``None`` if not needed."""
-    return tmpfs_cleanup_job(model, model_labels(model))
+def render_tmpfs_cleanup_job(model: Model, node: str, defaults: ControllerDefaults) -> Json | None:
+    """The Job emptying a deleted shared model's ``/dev/shm/flexinfer/<ns>/<model>`` on ``node`` (where its pod
+    ran), with the flash-loader image of ``defaults``; ``None`` if not needed."""
+    return tmpfs_cleanup_job(model, model_labels(model), node, defaults.flash_loader.image)

@@ -1,12 +1,17 @@
-"""Pod volumes of a model server and the flash-loader init container (spec §1.4, §2.3, §2.4).
+"""Pod volumes of a model server and the flash-loader init containers (spec §1.4, §2.3, §2.4).
 
 Volumes: ``model`` (weights, by cache strategy), ``shm`` (``/dev/shm`` memory emptyDir), ``flash-tmpfs``
 (RAM copy of the weights: hostPath under ``/dev/shm/flexinfer`` for shared models so it survives swaps,
-memory emptyDir otherwise) and ``compile-cache``. Pure; used by ``flexinfer.core.manifests.deployment``.
+memory emptyDir otherwise) and ``compile-cache``. The flash-loader sees only the model's own weights under
+``/src`` (the ``pvc://`` sub path, or a ``file:///models/…`` source's file and the other parts of a split
+GGUF), never the rest of the volume; a shared model's hostPath, which the kubelet creates root-owned, is first
+handed to the loader's user by the ``flash-tmpfs-owner`` init container (root with ``CAP_CHOWN`` only). Pure;
+used by ``flexinfer.core.manifests.deployment``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flexinfer.api import conventions
@@ -26,6 +31,10 @@ MODEL_MOUNT = "/models"
 FLASH_SRC_MOUNT = "/src"
 SHM_MOUNT = "/dev/shm"
 FLASH_TMPFS_ROOT = "/dev/shm/flexinfer"
+SPLIT_GGUF = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.gguf")
+"""A part of a split GGUF (llama.cpp's ``gguf-split`` names): the server finds the other parts beside it."""
+LOADER_UID = 65532
+"""The flash-loader's user and group (the FlexInfer image's ``USER``); it owns what it stages."""
 TERMINATION_MESSAGE = {"terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
 
 Json = dict[str, Any]
@@ -90,22 +99,64 @@ def to_flash_tmpfs(mount: Json) -> Json:
     return {**mount, "name": "flash-tmpfs"} if mount["name"] == "model" else mount
 
 
+def staged_sub_paths(model: Model) -> list[str]:
+    """The parts of the ``model`` volume that hold this model's weights (``[]``: all of it): a ``pvc://``
+    source's sub path (what the server mounts), or a ``file://`` source's path below ``/models`` (the mount of a
+    ``SharedPVC``/``Local`` cache) with the other parts of a split GGUF (``x-00001-of-00003.gguf``)."""
+    if is_pvc_source(model):
+        sub_path = pvc_source_parts(model)[1]
+        return [sub_path] if sub_path else []
+    scheme, _, rest = model.spec.source.partition("://")
+    path = "/" + rest.strip("/")
+    if scheme.lower() != "file" or not path.startswith(MODEL_MOUNT + "/"):
+        return []
+    sub_path = path[len(MODEL_MOUNT) + 1:]
+    split = SPLIT_GGUF.fullmatch(sub_path)
+    if split is None:
+        return [sub_path]
+    prefix, count = split.group(1), int(split.group(3))
+    return [f"{prefix}-{part:05d}-of-{count:05d}.gguf" for part in range(1, count + 1)]
+
+
 def flash_loader_container(model: Model, config: FlashLoaderConfig) -> Json:
-    """The ``flash-loader`` init container copying ``/src`` (read-only) into the tmpfs at ``/models``."""
+    """The ``flash-loader`` init container copying ``/src`` (read-only: the model's own weights, at the same path
+    below ``/src`` as below the volume's root) into the tmpfs at ``/models``."""
     container: Json = {"name": "flash-loader", "image": config.image}
     if config.image.split("@", 1)[0].rsplit(":", 1)[0] == FLEXINFER_IMAGE_REPOSITORY:
         container["command"] = ["flexinfer", "flash-load"]
+    sources = [{"name": "model", "mountPath": f"{FLASH_SRC_MOUNT}/{sub}", "subPath": sub, "readOnly": True}
+               for sub in staged_sub_paths(model)]
+    sources = sources or [{"name": "model", "mountPath": FLASH_SRC_MOUNT, "readOnly": True}]
     container.update({
         "imagePullPolicy": "IfNotPresent",
         "env": _flash_env(model, config),
-        "volumeMounts": [
-            {"name": "model", "mountPath": FLASH_SRC_MOUNT, "readOnly": True},
-            {"name": "flash-tmpfs", "mountPath": MODEL_MOUNT},
-        ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": [*sources, {"name": "flash-tmpfs", "mountPath": MODEL_MOUNT}],
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsUser": LOADER_UID, "runAsGroup": LOADER_UID,
+                            "runAsNonRoot": True},
         **TERMINATION_MESSAGE,
     })
     return container
+
+
+def flash_tmpfs_owner_container(config: FlashLoaderConfig) -> Json:
+    """Before the flash-loader of a shared model: give the node's ``/dev/shm/flexinfer/<ns>/<model>`` (created
+    root-owned, mode 755, by the kubelet) to the loader's user. A pod's ``fsGroup`` does not apply to a hostPath."""
+    owner = f"{LOADER_UID}:{LOADER_UID}"
+    return {
+        "name": "flash-tmpfs-owner", "image": config.image, "imagePullPolicy": "IfNotPresent",
+        "command": ["chown", owner, MODEL_MOUNT],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": [{"name": "flash-tmpfs", "mountPath": MODEL_MOUNT}],
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}},
+        **TERMINATION_MESSAGE,
+    }
+
+
+def flash_init_containers(model: Model, config: FlashLoaderConfig) -> list[Json]:
+    """The init containers of a staged model: the owner step (shared models' hostPath only), then the loader."""
+    loader = flash_loader_container(model, config)
+    return [flash_tmpfs_owner_container(config), loader] if model.group is not None else [loader]
 
 
 def _flash_env(model: Model, config: FlashLoaderConfig) -> list[Json]:

@@ -24,6 +24,7 @@ from typing import Any, Final
 from flexinfer.api.model import (
     ActivationStatus,
     CacheStatus,
+    GPUStatus,
     LoadingSubstage,
     Model,
     ModelStatus,
@@ -38,9 +39,10 @@ Json = dict[str, Any]
 MESSAGE_LIMIT: Final = 160
 MANAGED_FIELDS: Final = (
     "phase", "conditions", "loadingSubstage", "message", "loadingProgressAt", "endpoint", "sharedGroup",
-    "activation", "cache", "observedGeneration", "lastActiveTime",
+    "activation", "cache", "observedGeneration", "lastActiveTime", "gpu",
 )
-"""Top-level status keys the manager writes; ``gpu`` and ``metrics`` are left alone. ``lastActiveTime`` is the
+"""Top-level status keys the manager writes; ``metrics`` is left alone, and of ``gpu`` only ``node`` is written
+(``placed_on``). ``lastActiveTime`` is the
 newest demand the proxies reported (``flexinfer.core.demand_view``): the manager keeps it in status so it
 outlives the proxy pods whose ``ModelDemand`` reports carried it (a proxy rollout must not make a serving
 model look idle)."""
@@ -248,6 +250,16 @@ def build_status(model: Model, inputs: StatusInputs) -> ModelStatus:
         "cache": CacheStatus(strategy=effective_cache_strategy(model), ready=True),
         "observed_generation": model.metadata.generation,
     })
+
+
+def placed_on(status: ModelStatus, pod: Mapping[str, Any] | None) -> ModelStatus:
+    """``status`` with ``gpu.node`` = the node ``pod`` is bound to; kept as it is while no pod is bound (scaled
+    to zero, Pending): the node the model last ran on, where a shared model's persistent tmpfs stays."""
+    node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+    if not node or (status.gpu is not None and status.gpu.node == node):
+        return status
+    gpu = (status.gpu or GPUStatus()).model_copy(update={"node": node})
+    return status.model_copy(update={"gpu": gpu})
 
 
 def failed_status(old: ModelStatus, generation: int | None, message: str, now: datetime) -> ModelStatus:
