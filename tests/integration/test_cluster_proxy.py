@@ -166,7 +166,8 @@ async def test_idle_model_is_activated_through_demand_and_served(
     request = asyncio.create_task(chat(proxy, "m"))
     latency = await activate(manager, upstream, "m")
     assert (await asyncio.wait_for(request, 10)).startswith("tok0 tok1")
-    assert upstream.fake.requests[-1].body is not None and upstream.fake.requests[-1].body["model"] == "org/m"
+    assert upstream.fake.requests[-1].body is not None and upstream.fake.requests[-1].body["model"] == "m", \
+        "the served name (vLLM is started with --served-model-name <model name>), not the source's id"
     stamp = next(iter((await manager.report("m")).values()))["lastActiveTime"]
     assert stamp.endswith("Z")
     assert "lastActiveTime" not in ((await manager.get("m")).get("status") or {}), "the proxy never writes Models"

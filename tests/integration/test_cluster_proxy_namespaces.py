@@ -66,7 +66,7 @@ async def test_each_namespace_is_reached_by_its_key_and_the_bare_name_is_a_409(
     assert (await asyncio.wait_for(request, 10)).startswith("tok0")
     assert "lastActiveTime" not in ((await managers["default"].get("chat")).get("status") or {}), \
         "demand reached the other namespace's Model"
-    assert upstreams["team-b"].fake.requests[-1].body["model"] == "org/chat"  # type: ignore[index]
+    assert upstreams["team-b"].fake.requests[-1].body["model"] == "chat"  # type: ignore[index]  # served name
 
     request = asyncio.create_task(chat(proxy, "default/chat"))
     await activate(managers["default"], upstreams["default"], "chat")
