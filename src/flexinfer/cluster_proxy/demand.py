@@ -14,7 +14,7 @@ The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by writ
   metrics show where the time went) (Failed → ``EngineError`` with ``status.message``; a load
   stalled in LoadingWeights for ``stall_after`` (``PROXY_STALL_TIMEOUT``, 120 s), a model held behind a warm
   primary (``preemptedBy: primary/…``) and
-  the model's cold-start budget → ``EngineError``).
+  the model's cold-start budget, unless the model still waits its turn for its group's GPU → ``EngineError``).
   ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.endpoint`` or, only with the
   test-only override switched on, the ``flexinfer.ai/endpoint-override`` annotation.
 Built by ``flexinfer.assembly.cluster_proxy``.
@@ -163,6 +163,13 @@ def failure_message(model: Model) -> str:
     return failed.message if failed is not None else "phase Failed"
 
 
+def waiting_its_turn(model: Model) -> bool:
+    """A shared-group member that the election has not made Active (``Queued``/``Preempted``): it waits for the
+    GPU, it is not failing to start."""
+    shared = model.status.shared_group
+    return model.group is not None and shared is not None and shared.state != "Active"
+
+
 def _loading_stage(model: Model | None) -> str | None:
     """The activation stage the manager's ``loadingSubstage`` shows while Loading (``None`` otherwise)."""
     if model is None or model.status.phase != "Loading" or model.status.loading_substage is None:
@@ -188,14 +195,25 @@ class KubeEngine:
         self._cold_start_timeout, self._stall_after, self._now = cold_start_timeout, stall_after, now
 
     async def start(self, model: Model, report: ServerReporter) -> Endpoint:
-        """Signal demand, then wait (watch-driven) until the manager reports the model Ready."""
+        """Signal demand, then wait (watch-driven) until the manager reports the model Ready. The cold-start
+        budget fails a model that is starting (or that nothing starts); a member still waiting its turn for its
+        group's GPU when the budget runs out (``waiting_its_turn``) is not failing: its demand is signalled again
+        and the wait goes on, bounded by each waiting request's own deadline (a request that arrived a second
+        ago must not get the error of an activation that began before it)."""
         budget = cold_start_timeout_seconds(model, self._cold_start_timeout)
         await self._demand.signal(model)
-        try:
-            async with asyncio.timeout(budget):
-                return await self._await_ready(model.key, report)
-        except TimeoutError:
-            raise EngineError(f"model {model.key} was not Ready within {budget:.0f}s") from None
+        while True:
+            try:
+                async with asyncio.timeout(budget):
+                    return await self._await_ready(model.key, report)
+            except TimeoutError:
+                current = self._store.get(model.key)
+                if current is None or not waiting_its_turn(current):
+                    raise EngineError(f"model {model.key} was not Ready within {budget:.0f}s") from None
+                log.info("model %s: still waiting for its group's GPU after %.0fs (%s); demand signalled again",
+                         model.key, budget, current.status.shared_group.state if current.status.shared_group
+                         else "-")
+                await self._demand.signal(current)
 
     async def stop(self, model: Model) -> None:
         """Nothing to do: the manager scales models down (idle timeout, shared-group election)."""

@@ -2,19 +2,23 @@
 
 While requests for a model wait for it (the dispatcher called ``on_wait``: the model is being activated),
 this proxy replica keeps ``waitingSince`` for the model in its ``ModelDemand`` report
-(``flexinfer.cluster_proxy.demand_report``) at the RFC 3339 start of the current waiting period; the manager takes
-the oldest value of the live replicas (plus a ``flexinfer.ai/waiting-since`` annotation a pre-ModelDemand
-proxy left on the Model) into the election's starvation bound (``ElectionPolicy.max_wait``). Each replica
-writes only its own report, so replicas never race; one write per change, never one per request:
+(``flexinfer.cluster_proxy.demand_report``) at the RFC 3339 start of its oldest request still waiting; the
+manager takes the oldest value of the live replicas (plus a ``flexinfer.ai/waiting-since`` annotation a
+pre-ModelDemand proxy left on the Model) into the election's starvation bound (``ElectionPolicy.max_wait``),
+oldest first with the holder included, as the local arbiter's tickets. Each replica writes only its own
+report, so replicas never race; one task per model sends the writes, each the value wanted when it is sent,
+so a burst of waits or of forwards costs one write, and a clear never overtakes the write before it:
 
-- write when a waiting period starts (the first waiting request of this replica);
-- clear (``null``) when the cached Model is Ready or deleted, or when this replica has no waiting request
-  left.
+- write when the oldest waiting request changes (the first one of a waiting period; the oldest one left
+  after the one before it was forwarded, timed out or was cancelled);
+- clear (``null``) when this replica has no waiting request left, or the Model is deleted.
 
-The period keeps its start while any request waits, even after the oldest one has timed out or been
-cancelled. One task per model sends the writes, so a clear never overtakes the write before it.
-Failures are logged and never fail a request. Built by ``flexinfer.assembly.cluster_proxy``
-(``DemandActivator`` opens a ``WaitTicket`` per request).
+A model that turns Ready keeps its marker until its requests are on their way: a request's wait ends only
+after its in-flight report was written (``DemandActivator``), so the manager sees the new holder as waiting or
+as busy, never as neither. (Clearing the marker at Ready let the election hand the GPU to another starving
+member in the tens of milliseconds before the in-flight report landed, and two starving models then took the
+GPU from each other at every turn, neither serving a request.) Failures are logged and never fail a request.
+Built by ``flexinfer.assembly.cluster_proxy`` (``DemandActivator`` opens a ``WaitTicket`` per request).
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from flexinfer.cluster_proxy.demand import rfc3339, utc_now
 from flexinfer.cluster_proxy.demand_report import DemandReport
 from flexinfer.cluster_proxy.model_api import KubeApiError
 from flexinfer.cluster_proxy.model_watch import ModelStore
-from flexinfer.core.phases import READY
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,7 @@ class WaitMarker:
                  now: Callable[[], datetime] = utc_now) -> None:
         self._report, self._store, self._now = report, store, now
         self._waits: dict[str, dict[int, datetime]] = {}
-        self._periods: dict[str, datetime] = {}
-        """key → start of the current waiting period (while any request waits)."""
+        """key → this replica's waiting requests (token → when the wait began), oldest first."""
         self._written: dict[str, str] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._tokens = itertools.count()
@@ -59,7 +61,6 @@ class WaitMarker:
         token = next(self._tokens)
         moment = self._now()
         self._waits.setdefault(key, {})[token] = moment
-        self._periods.setdefault(key, moment)
         self._kick(key)
         return token
 
@@ -68,7 +69,6 @@ class WaitMarker:
         waits.pop(token, None)
         if not waits:
             self._waits.pop(key, None)
-            self._periods.pop(key, None)
         self._kick(key)
 
     def waiting(self, key: str) -> int:
@@ -108,9 +108,9 @@ class WaitMarker:
 
     def _next(self, key: str) -> Step | None:
         """The write this replica's report needs now, if any (see the module docstring)."""
-        model = self._store.get(key)
-        start = self._periods.get(key)
-        wanted = None if start is None or model is None or model.status.phase == READY else rfc3339(start)
+        waits = self._waits.get(key)
+        oldest = next(iter(waits.values()), None) if waits else None
+        wanted = None if oldest is None or self._store.get(key) is None else rfc3339(oldest)
         if wanted == self._written.get(key):
             return None
         namespace, _, name = key.partition("/")

@@ -279,6 +279,24 @@ async def test_deleted_while_waiting_and_cold_start_budget_are_engine_errors() -
             await asyncio.wait_for(c.engine().start(c.model("slow"), Stages()), 2)
 
 
+async def test_a_member_waiting_its_turn_past_the_budget_keeps_waiting_and_signals_demand_again() -> None:
+    """A shared member Queued or Preempted when the cold-start budget runs out is not failing (a swap storm keeps
+    it waiting): the activation goes on, so requests that arrived since it began are not failed with it; a member
+    the election made Active that is still not Ready after the budget is failing."""
+    doc = model_body("m", phase="Preempted", serverless={"coldStartTimeout": "200ms"}, gpu={"shared": "g"})
+    doc["status"]["sharedGroup"] = {"groupName": "g", "state": "Queued", "preemptedBy": "other"}
+    async with cluster(doc) as c:
+        start = asyncio.create_task(c.engine().start(c.model(), Stages()))
+        await c.seen(lambda _: len(c.api.demand_writes) >= 2)  # the budget ran out once: demand signalled again
+        assert not start.done()
+        await c.api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000",
+                                     "sharedGroup": {"groupName": "g", "state": "Active"}})
+        assert await asyncio.wait_for(start, 2) == Endpoint("http://m:8000")
+        await c.api.set_status("m", {"phase": "Loading", "sharedGroup": {"groupName": "g", "state": "Active"}})
+        with pytest.raises(EngineError, match="not Ready within"):
+            await asyncio.wait_for(c.engine().start(c.model(), Stages()), 2)
+
+
 async def test_a_model_held_behind_a_warm_primary_fails_fast() -> None:
     doc = model_body("m", phase="Preempted")
     doc["status"]["sharedGroup"] = {"groupName": "g", "state": "Queued", "preemptedBy": "primary/big"}

@@ -1,7 +1,8 @@
-"""The proxy's wait marker (``waitingSince`` in the replica's ModelDemand): written once per waiting period
-(not per request), cleared when the model is Ready and when this replica's waits end (timeout,
-cancellation); each replica writes only its own report and never touches the Model; the report is renewed
-while a wait is reported (the manager ignores the waits of a replica whose heartbeat is stale)."""
+"""The proxy's wait marker (``waitingSince`` in the replica's ModelDemand): the start of the oldest waiting
+request, written once per change (not per request), kept after the model turned Ready until the requests'
+in-flight report is written, cleared when this replica's waits end (forwarded, timeout, cancellation); each
+replica writes only its own report and never touches the Model; the report is renewed while a wait is
+reported (the manager ignores the waits of a replica whose heartbeat is stale)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ async def settled(cluster: ClusterSide) -> None:
     await eventually(lambda: not cluster.marker._workers)
 
 
-async def test_a_waiting_period_writes_the_marker_once_and_ready_clears_it() -> None:
+async def test_a_waiting_period_writes_the_marker_once_and_it_clears_after_the_inflight_report() -> None:
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
     async with cluster_side(api) as cluster:
@@ -59,6 +60,10 @@ async def test_a_waiting_period_writes_the_marker_once_and_ready_clears_it() -> 
         await eventually(lambda: marker(api) is None)
         await settled(cluster)
         assert marker_patches(api) == [rfc3339(stamp), None]
+        # Ready alone clears nothing: the manager must see the new holder waiting until it sees it busy, else a
+        # starving member takes the GPU before a single request was forwarded (issue: swaps under contention).
+        fields = [sorted(f) for _, _, f in api.writes]
+        assert fields.index(["inFlightAt"]) < fields.index(["waitingSince"], 1), fields
         for grant in grants:
             grant.release()
 
