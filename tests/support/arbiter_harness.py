@@ -148,3 +148,21 @@ class Harness:
     def in_flight(self) -> set[int]:
         granted = {t for t, (k, _) in self.outcome.items() if k == "granted"}
         return granted - self.finished - self.cancelled
+
+    def play(self, op: str, arg: object) -> bool:
+        """One step of a property test's script that every script knows: ``request`` a model; ``finish`` or
+        ``cancel`` the open ticket chosen by ``arg`` (finish only one in flight); ``advance`` time. ``False``
+        for any other step (the caller's own)."""
+        if op == "request":
+            self.request(str(arg))
+        elif op in ("finish", "cancel"):
+            tickets = sorted(set(self.arrived) - self.finished - self.cancelled)
+            if tickets:
+                ticket = tickets[int(arg) % len(tickets)]  # type: ignore[call-overload]
+                if op == "cancel" or ticket in self.in_flight():
+                    (self.cancel if op == "cancel" else self.finish)(ticket)
+        elif op == "advance":
+            self.advance(float(arg))  # type: ignore[arg-type]
+        else:
+            return False
+        return True

@@ -280,16 +280,9 @@ def run(script: list[tuple[str, object]], delays: dict[str, float], models: list
     h.holding, h.oom = set(), {}
     Harness.__init__(h, models, POLICY, start_delay=delays, stop_delay=S)
     for op, arg in script:
-        tickets = sorted(set(h.arrived) - h.finished - h.cancelled)
-        if op == "request":
-            h.request(str(arg))
-        elif op in ("finish", "cancel") and tickets:
-            t = tickets[int(arg) % len(tickets)]  # type: ignore[call-overload]
-            if op == "cancel" or t in h.in_flight():
-                (h.cancel if op == "cancel" else h.finish)(t)
-        elif op == "advance":
-            h.advance(float(arg))  # type: ignore[arg-type]
-        elif op == "oom":
+        if h.play(op, arg):
+            continue
+        if op == "oom":
             h.oom[key(str(arg))] = h.oom.get(key(str(arg)), 0) + 1
         elif op == "measure":  # the server reports more than declared: a later plan counts the new figure
             h.send(ev.MemoryNeedReported(key(str(arg)), 350.0, "measured"))

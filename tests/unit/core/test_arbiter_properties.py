@@ -115,16 +115,9 @@ def run(script: list[tuple[str, object]], delays: dict[str, float], cls: type[Ch
     h.holding = set()  # type: ignore[attr-defined]
     cls.__init__(h, models, policy, start_delay=delays, stop_delay=S)
     for op, arg in script:
-        tickets = sorted(set(h.arrived) - h.finished - h.cancelled)
-        if op == "request":
-            h.request(str(arg))
-        elif op in ("finish", "cancel") and tickets:
-            t = tickets[int(arg) % len(tickets)]  # type: ignore[call-overload]
-            if op == "cancel" or t in h.in_flight():
-                (h.cancel if op == "cancel" else h.finish)(t)
-        elif op == "advance":
-            h.advance(float(arg))  # type: ignore[arg-type]
-        elif op == "fail":
+        if h.play(op, arg):
+            continue
+        if op == "fail":
             h.failing[f"default/{arg}"] = h.failing.get(f"default/{arg}", 0) + 1
         elif op == "unload":
             h.send(ev.Unload(key(str(arg))))
