@@ -7,7 +7,8 @@ The same two rules decide who holds a shared GPU under ``flexinfer serve`` (the 
 
 - ``min_hold``: a model keeps the GPU this long after it became Ready (anti-thrash);
 - ``max_wait``: a model whose oldest request has waited this long takes the GPU next, whatever the
-  priorities and the hold (the starvation bound).
+  priorities and the hold (the starvation bound), unless the holder still serves older requests or the
+  backlog it was started for (``holds_against_starving``).
 
 The starvation bound only helps a request that is still waiting when it fires, so it must be shorter than the
 waiting request's budget (``PROXY_COLD_START_TIMEOUT``; ``check_bound_fits``). ``flexinfer serve`` and
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from datetime import datetime
+from typing import Final, TypeVar
 
 from flexinfer.api.units import format_duration
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
@@ -35,6 +37,21 @@ DEFAULT_MIN_HOLD: Final = 15.0
 DEFAULT_MAX_WAIT: Final = 30.0
 BUDGET_SETTING: Final = "PROXY_COLD_START_TIMEOUT"
 """The setting that bounds how long a request waits for its model (a Model's ``coldStartTimeout`` wins)."""
+
+Moment = TypeVar("Moment", float, datetime)
+"""A point in time: the arbiter's monotonic seconds or the election's UTC instants."""
+
+
+def holds_against_starving(own_oldest: Moment | None, ready_since: Moment | None, starving_oldest: Moment) -> bool:
+    """The starvation bound's exception for a Ready holder, in the arbiter and the election alike: its own oldest
+    waiting request is at least as old as the starving model's (oldest first: two starving models must not take
+    the GPU from each other before either serves), or was already waiting when the holder became Ready (the
+    backlog it was started for: when every member starves, a rotation of swaps longer than ``max_wait``, oldest
+    first alone would hand the GPU on after one request per swap)."""
+    if own_oldest is None:
+        return False
+    return own_oldest <= starving_oldest or (ready_since is not None and own_oldest < ready_since)
+
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(MIN_HOLD, "15s", "A model keeps a shared GPU at least this long after Ready; then an idle holder "

@@ -190,3 +190,31 @@ def test_a_holder_with_older_waiting_requests_is_not_preempted_by_a_younger_star
     assert h.outcome[second][0] == "granted"
     h.finish(second)
     assert h.effects(ev.Preempted) == [ev.Preempted("default/gpu0", A, B)]
+
+
+
+def test_a_holder_serves_the_backlog_it_was_started_for_before_a_starving_model_takes_the_gpu() -> None:
+    """The arbiter's side of the election's rule: a holder with one place keeps the GPU against an older starving
+    model until the requests that were queued when it became Ready have been served (not one request per swap);
+    a request that arrives after its Ready does not extend its turn."""
+    policy = ArbiterPolicy(max_wait=5, min_hold=1, drain_timeout=20, cold_start_timeout=120)
+    models = [make_model("a", group="gpu0", parallel=1, priority=200),
+              *(make_model(n, group="gpu0", parallel=1) for n in ("b", "c"))]
+    h = Harness(models, policy, start_delay={A: 8.0, B: 1.0, C: 1.0}, stop_delay=0.5)
+    first_c = h.request("c")
+    h.advance(1.5)  # c Ready at 1, serving
+    waiting_b = h.request("b")  # the oldest waiting request from now on
+    h.advance(0.5)
+    backlog = [h.request("a") for _ in range(3)]
+    h.advance(0.5)
+    h.finish(first_c)  # c idle: a (priority 200) is chosen over the older b; it loads for 8 s, b starves
+    h.advance(9.0)
+    assert h.outcome[backlog[0]][0] == "granted" and waiting_b not in h.outcome
+    assert h.effects(ev.Preempted) == [ev.Preempted("default/gpu0", C, A)]
+    h.finish(backlog[0])
+    assert h.outcome[backlog[1]][0] == "granted", "a serves its backlog in its turn"
+    after_ready = h.request("a")
+    h.finish(backlog[1])
+    h.finish(backlog[2])
+    assert h.effects(ev.Preempted)[-1] == ev.Preempted("default/gpu0", A, B)
+    assert after_ready not in h.outcome

@@ -204,5 +204,21 @@ def test_a_holder_whose_own_requests_waited_longer_keeps_the_gpu_until_they_are_
     assert elect([a, c], NOW, policy).leader == "tiny-a"
     forwarded = replace(a, waiting_since=None)  # its requests were forwarded: the marker is gone
     assert elect([forwarded, c], NOW, policy).reason == "starvation_bound"
-    younger = replace(a, waiting_since=ago(31))
-    assert elect([younger, c], NOW, policy).reason == "starvation_bound"
+    since_ready = replace(a, waiting_since=ago(0.01))  # a younger request, which arrived after Ready
+    assert elect([since_ready, c], NOW, policy).reason == "starvation_bound"
+
+
+def test_a_holder_keeps_the_gpu_while_it_serves_the_backlog_it_was_started_for() -> None:
+    """Found by the real-node soak with four members and the chart's 30 s bound: a rotation of 10 s pod swaps
+    leaves every member starving, and oldest first alone handed the GPU on as soon as the holder's oldest request
+    was forwarded: one request per swap, 504s for the rest. A request that was already waiting when the holder
+    became Ready is its backlog; once it has gone out, the starving member wins as before."""
+    policy = ElectionPolicy()
+    a = m("tiny-a", priority=100, phase="Ready", state="Active", ready_since=ago(0.5), last_active=ago(0.5),
+          waiting_since=ago(20), busy=True)  # its next request waited 20 s, since before it became Ready
+    c = m("tiny-c", priority=100, phase="Preempted", state="Preempted", preempted_at=ago(5),
+          last_active=ago(40), waiting_since=ago(40))  # older, starving
+    assert elect([a, c], NOW, policy).leader == "tiny-a"
+    served = replace(a, waiting_since=ago(0.2))  # the backlog went out; this one arrived after Ready
+    decision = elect([served, c], NOW, policy)
+    assert (decision.leader, decision.reason) == ("tiny-c", "starvation_bound")

@@ -20,6 +20,7 @@ from flexinfer.core.lifecycle_clock import Activation, stage_totals
 from flexinfer.core.phases import FAILED, IDLE, READY
 from flexinfer.core.profiles import declared_parallel, effective_limit
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
+from flexinfer.core.swap_knobs import holds_against_starving
 
 
 @dataclass(slots=True)
@@ -255,16 +256,16 @@ def challenger(holder: Slot, slots: Sequence[Slot], now: float, policy: ArbiterP
 
     1. A starving model (oldest ticket waited ``max_wait``) wins, whatever the priorities and the hold, unless
        the holder's own oldest waiting ticket is older still (oldest first: no two starving models take the GPU
-       from each other before either serves).
+       from each other before either serves) or was waiting when the holder became Ready (it serves the backlog
+       it was started for): ``holds_against_starving``.
     2. Within ``min_hold`` after the holder became Ready, nobody else.
     3. The best waiting model wins if the holder is idle (no queued or in-flight requests), or if it has
        strictly higher priority than the busy holder. Pinned models without tickets never preempt.
     """
     others = [s for s in slots if s is not holder and s.queue and s.wants_gpu(now, policy)]
     hungry = starving(others, now, policy)
-    held_longer = hungry is not None and holder.oldest_wait is not None and holder.oldest_wait <= (
-        hungry.oldest_wait or now)
-    if hungry is not None and not held_longer:  # oldest first, the holder's own waiting requests included
+    if hungry is not None and not holds_against_starving(holder.oldest_wait, holder.ready_since,
+                                                         hungry.oldest_wait or now):
         return hungry
     if holder.ready_since is not None and now < holder.ready_since + policy.min_hold:
         return None
