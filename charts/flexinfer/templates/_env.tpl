@@ -125,6 +125,14 @@ programs' defaults are the same as values.yaml's). */}}
 {{- end }}
 {{- end }}
 
+{{/* The manager's GPU profiles (groups that pack by memory): FLEXINFER_GPU_PROFILES as JSON, when any. */}}
+{{- define "flexinfer.env.gpuProfiles" -}}
+{{- with .Values.controller.gpuProfiles }}
+- name: FLEXINFER_GPU_PROFILES
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- end }}
+
 {{/* Proxy queue, rate-limit and auth settings. */}}
 {{- define "flexinfer.env.proxy" -}}
 {{- with .Values.proxy }}

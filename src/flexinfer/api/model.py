@@ -190,6 +190,10 @@ class SharedGroupStatus(StatusModel):
     """The model that took the GPU from this one."""
     preempted_at: datetime | None = None
     """When this model lost the GPU."""
+    memory_need_mib: float | None = Field(default=None, alias="memoryNeedMiB")
+    """What this member takes of its group's memory budget, in MiB (groups that pack by memory)."""
+    memory_need_source: Literal["measured", "declared", "estimated", "unknown"] | None = None
+    """Where `memoryNeedMiB` comes from: `declared` (`spec.gpu.vramEstimateMB`) or `unknown` (the whole budget)."""
 
 
 class ActivationStatus(StatusModel):

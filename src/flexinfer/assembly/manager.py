@@ -1,8 +1,8 @@
 """Composition root of ``flexinfer manager`` (the Kubernetes operator).
 
-The Kubernetes engine (``flexinfer.manager.program``) with the lifecycle metrics on an injected registry (served on
-``/metrics``) and ``model.reconcile`` spans from opt-in tracing. Called by ``flexinfer.cli.manager`` and the
-integration tests.
+The Kubernetes engine (``flexinfer.manager.program``) with the lifecycle metrics and the memory metrics of groups
+that pack by memory on an injected registry (served on ``/metrics``) and ``model.reconcile`` spans from opt-in
+tracing. Called by ``flexinfer.cli.manager`` and the integration tests.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from flexinfer.manager.config import ManagerConfig, manager_config
 from flexinfer.manager.connection import load_kubeconfig
 from flexinfer.manager.program import Manager
 from flexinfer.observability.exposition import exposition
+from flexinfer.observability.memory_metrics import MemoryMetrics
 from flexinfer.observability.metrics import LifecycleMetrics
 from flexinfer.observability.tracing.config import tracing_settings
 from flexinfer.observability.tracing.provider import init_tracing
@@ -43,6 +44,8 @@ async def run_manager(config: ManagerConfig | None = None, *, env: Environment |
     metrics = LifecycleMetrics(registry)
     scope = functools.partial(reconcile_span, tracing, metrics=metrics)
     manager = Manager(config, kubeconfig, functools.partial(exposition, registry), metrics, scope)
+    memory = manager.reconciler.memory
+    MemoryMetrics(memory.groups, memory.needs).register(registry)
     if handle_signals:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,7 +8,8 @@ rules that take the GPU from a Ready holder are the in-process arbiter's (``flex
 whatever the priorities and the hold; within ``min_hold`` after Ready nobody else; then the best waiting member
 if the holder is idle (nothing in flight, nothing waiting), or a member of strictly higher priority if it is
 busy. Here they read persisted status and the proxies' reports instead of live tickets (docs/design/swapping.md
-lists the differences from the Go rules).
+lists the differences from the Go rules). A group whose GPU profile has ``multiModel`` keeps several members
+Active at once: ``flexinfer.core.active_set`` builds that set around this election's leader.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
+from flexinfer.core.memory_need import MemoryNeed
 from flexinfer.core.phases import COND_READY, FAILED, READY, find_condition
 from flexinfer.core.replicas import cold_start_timeout_seconds, idle_timeout_seconds
-from flexinfer.core.swap_knobs import DEFAULT_MAX_WAIT, DEFAULT_MIN_HOLD
+from flexinfer.core.swap_knobs import DEFAULT_MAX_WAIT, DEFAULT_MIN_HOLD, holds_against_starving
 
 DEMAND_WINDOW: Final = 120.0
 RECENT_WINDOW: Final = 300.0
@@ -91,6 +93,8 @@ class Member:
     """While Ready: when it became Ready (its ``Ready`` condition's ``lastTransitionTime``); starts the hold."""
     busy: bool = False
     """A proxy reports requests in flight to it (``inFlightAt``, fresh)."""
+    preempted_by: str = ""
+    """Who took the GPU from it last (``status.sharedGroup.preemptedBy``), kept while it stays Preempted."""
 
     @classmethod
     def from_model(cls, model: Model, waiting_since: datetime | None = None,
@@ -107,7 +111,7 @@ class Member:
             cold_start_timeout=cold_start_timeout_seconds(model, default_cold_start_timeout),
             swap_cooldown=parse_duration(gpu.swap_cooldown) if gpu and gpu.swap_cooldown else None,
             idle_timeout=idle_timeout_seconds(model) if model.serverless else None,
-            ready_since=_ready_since(model), busy=busy)
+            ready_since=_ready_since(model), busy=busy, preempted_by=shared.preempted_by if shared else "")
 
 
 def _ready_since(model: Model) -> datetime | None:
@@ -124,6 +128,23 @@ class MemberDecision:
     preempted_by: str
     preempt_now: bool
     """The member was Ready and loses the GPU in this decision: stamp ``preemptedAt``, count the metric."""
+    cause: str = ""
+    """Why it was evicted (groups that pack by memory: for whom, and the figures)."""
+    refusal: str = ""
+    """It can never run in its group (its need exceeds the group's whole memory budget): the message."""
+    need: MemoryNeed | None = None
+    """What it takes of its group's memory budget (groups that pack by memory)."""
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """A group that packs by memory, as decided: its budget (``math.inf``: no limit), what its Ready (or leaving)
+    members hold, what is reserved for its members starting, and who was evicted for room in this decision."""
+
+    budget_mib: float
+    used_mib: float
+    reserved_mib: float
+    evicted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +152,8 @@ class Election:
     leader: str | None
     reason: str
     members: dict[str, MemberDecision]
+    memory: MemoryView | None = None
+    """Set for a group that packs by memory (``flexinfer.core.active_set``): several members may be Active."""
 
 
 def _age(now: datetime, then: datetime | None) -> float | None:
@@ -212,11 +235,14 @@ def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) 
         return None
     # Oldest first includes the holder: a holder whose own requests have waited longer (a swap that outlasted
     # the bound) keeps the GPU until they are forwarded, else two starving members take it from each other
-    # before either serves a request.
-    if any(m.state == "Active" and m.waiting_since is not None and m.waiting_since <= first.waiting_since
+    # before either serves a request. And a holder keeps it while it serves the backlog it was started for
+    # (requests waiting since before it became Ready): when every member starves (a rotation of swaps longer
+    # than the bound), oldest first alone would hand the GPU on after one request per swap.
+    if any(m.state == "Active" and holds_against_starving(m.waiting_since, m.ready_since, first.waiting_since)
            for m in members):
         return None
     return first
+
 
 
 def _lapsed(m: Member, now: datetime) -> bool:
@@ -226,7 +252,7 @@ def _lapsed(m: Member, now: datetime) -> bool:
     return m.waiting_since is None and m.idle_timeout is not None and not _within(now, m.last_active, m.idle_timeout)
 
 
-def _demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
+def demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
     return m.phase != READY and (m.waiting_since is not None
                                  or (_within(now, m.last_active, policy.demand_window) and not _lapsed(m, now)))
 
@@ -239,13 +265,13 @@ def _idle(m: Member) -> bool:
 def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
     runnable = [m for m in members if m.can_take_demand]
     ready = best(m for m in runnable if m.phase == READY)
-    demanded = best(m for m in runnable if _demanded(m, now, policy))
+    wanted = best(m for m in runnable if demanded(m, now, policy))
     warm = best(m for m in runnable if m.warm_primary)
     if ready is not None:
         quiet = _idle(ready) and not _within(now, ready.last_active, policy.demand_window)  # Go's "idle (2 m)"
-        if demanded is not None and (demanded.priority > ready.priority
-                                     or (quiet and demanded.priority >= ready.priority)):
-            return demanded, "demand_preemption"
+        if wanted is not None and (wanted.priority > ready.priority
+                                   or (quiet and wanted.priority >= ready.priority)):
+            return wanted, "demand_preemption"
         waiting = best(m for m in runnable if m.phase != READY and m.waiting_since is not None)
         if waiting is not None and _idle(ready):
             return waiting, "idle_holder"

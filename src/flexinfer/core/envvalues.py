@@ -64,6 +64,7 @@ class Kind(Enum):
     CHOICE = "choice"
     URL = "url"
     ADDRESS = "address"
+    JSON = "json"
 
 
 ON_INVALID = {

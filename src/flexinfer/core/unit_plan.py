@@ -10,7 +10,8 @@ executes the plan, doing only I/O. The plan, in the order the reconciler execute
 - ``declared``: every valid Model (its lifecycle series exist from now on);
 - ``preemptions``: the members that lose the GPU while Ready (the shared-group election,
   ``flexinfer.core.election``, over the members with the proxies' ``ModelDemand`` reports folded in by
-  ``flexinfer.core.demand_view``, GPULeases honoured): the ``Preempted`` status and the Normal event
+  ``flexinfer.core.demand_view``, GPULeases honoured; in a group whose GPU profile has ``multiModel``, the
+  active set packed by memory, ``flexinfer.core.active_set``): the ``Preempted`` status and the Normal event
   ``Preempted``;
 - ``members``: per member, losers before the leader, the Deployment and Service to apply
   (``flexinfer.core.manifests.render``; replicas and the swap drain gate from
@@ -51,10 +52,12 @@ from flexinfer.api.model import Model, ModelStatus
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core import phases
+from flexinfer.core.active_set import elect_active_set, holding, need_of
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.demand_view import demand_view, with_demand
 from flexinfer.core.election import Election, Member, active_lease, elect, waiting_since_of
 from flexinfer.core.flashloader_settings import cache_matches_model
+from flexinfer.core.gpu_profiles import group_budget
 from flexinfer.core.loading_logs import LOG_TAIL_LINES, refine_from_log
 from flexinfer.core.manifests.render import render_model
 from flexinfer.core.model_status.build import (
@@ -79,6 +82,7 @@ from flexinfer.core.model_status.plan import (
     finish_member,
     next_wakeup,
     plan_member,
+    refusal_failure,
     swap_source,
 )
 from flexinfer.core.model_status.pod_failure import (
@@ -338,7 +342,13 @@ def _election(models: Sequence[Model], facts: UnitFacts, policy: ManagerPolicy) 
                                  busy=bool(busy_proxies(m.metadata.annotations, now, policy.busy_ttl)))
                for m in models]
     lease = active_lease(facts.leases, facts.group or "", facts.now)
-    return elect(members, facts.now, policy.election, lease)
+    budget = group_budget(policy.gpu_profiles, models)
+    if budget is None or not models:
+        return elect(members, facts.now, policy.election, lease)
+    needs = {m.name: need_of(m, budget) for m in models}
+    held = holding(models, facts.deployments, facts.pods)
+    return elect_active_set(members, now, policy.election, group=f"{models[0].namespace}/{facts.group}",
+                            budget_mib=budget, needs=needs, holding=held, lease=lease)
 
 
 def _held(election: Election) -> Election:
@@ -360,7 +370,7 @@ def _steps(models: Sequence[Model], election: Election | None, facts: UnitFacts,
     steps = []
     for model in models:
         decision = election.members.get(model.name) if election else None
-        leader = by_name.get(election.leader or "") if election else None
+        leader = by_name.get(decision.preempted_by) if decision is not None else None
         live = DeploymentFacts.from_body(facts.deployments.get(model.name))
         busy = bool(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl))
         inputs = MemberInputs(model, live, decision, leader, busy=busy)
@@ -368,10 +378,11 @@ def _steps(models: Sequence[Model], election: Election | None, facts: UnitFacts,
         steps.append(_Step(inputs, plan_member(inputs, facts.now, policy), own.status if own else model.status))
     if election is None or election.leader is None:
         return steps
+    active = {name for name, d in election.members.items() if d.state == "Active"}
     shared = [(s.inputs.model.name, s.plan.shared) for s in steps]
     steps = [replace(s, inputs=replace(s.inputs, swap=swap_source(s.inputs.model, shared)))
-             if s.inputs.model.name == election.leader else s for s in steps]
-    return sorted(steps, key=lambda s: s.inputs.model.name == election.leader)
+             if s.inputs.model.name in active else s for s in steps]
+    return sorted(steps, key=lambda s: s.inputs.model.name in active)
 
 
 def _manifests(model: Model, plan: MemberPlan, facts: UnitFacts, defaults: ControllerDefaults) -> tuple[Json, Json]:
@@ -387,7 +398,8 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     model, live, plan = step.inputs.model, step.inputs.deployment, step.plan
     pod = newest_pod(facts.pods.get(model.name, ()))
     held = model.group is not None and device_held_by_group(model.name, facts.pods, facts.pods_gone_at, facts.now)
-    found = pod_failure(pod, gpu_wait_expected=held, previous=shown_failure(step.stored))
+    found = refusal_failure(step.inputs) or pod_failure(pod, gpu_wait_expected=held,
+                                                        previous=shown_failure(step.stored))
     inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now, failure=found)
     failure = found if inputs.phase == phases.FAILED else None
     ignored = _ignored(model, facts)

@@ -5,7 +5,8 @@
 hostname + a random suffix when unset), ``FLEXINFER_SWAP_DRAIN_TIMEOUT`` (``60s``: how long a preempted
 model may keep serving reported in-flight requests), ``FLEXINFER_MANAGER_WORKERS`` (4 concurrent
 reconciles of different units), and the swap knobs both engines share (``flexinfer.core.swap_knobs``:
-``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the election's hold and starvation bound). An
+``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the election's hold and starvation bound), and
+``FLEXINFER_GPU_PROFILES`` (``flexinfer.core.gpu_profiles``: the shared groups that pack by memory). An
 unparsable value of these is a ``ConfigError`` naming the variable.
 Controller defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``, images) come from
 ``flexinfer.core.controller_defaults``: unparsable ones keep the Go fallback and are logged as warnings.
@@ -23,6 +24,7 @@ from flexinfer import settings
 from flexinfer.core.controller_defaults import ControllerDefaults, controller_defaults
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
+from flexinfer.core.gpu_profiles import parse_gpu_profiles
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.core.swap_knobs import swap_knobs
 from flexinfer.manager.http import parse_bind_address
@@ -44,6 +46,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("FLEXINFER_SWAP_DRAIN_TIMEOUT", "60s",
            "How long a preempted model keeps serving requests that proxies report in flight.", Kind.DURATION),
     EnvVar("FLEXINFER_MANAGER_WORKERS", "4", "Concurrent reconciles of different models/groups.", Kind.INT),
+    EnvVar("FLEXINFER_GPU_PROFILES", "", "GPU profiles with Go's GPUProfile fields, a JSON list: "
+           '`[{"architecture": "gfx1100", "vramMB": 24576, "features": {"multiModel": true}}]`. A shared group '
+           "whose members run on an architecture with `multiModel` keeps as many of them Active as fit in `vramMB` "
+           "(by `spec.gpu.vramEstimateMB`; 0 or less: no limit) and evicts by cost; other groups run one model at a "
+           "time (Helm `controller.gpuProfiles`).", Kind.JSON),
 )
 
 
@@ -94,6 +101,7 @@ def manager_config(env: Mapping[str, str], *, metrics_bind_address: str | None =
         kubeconfig=kubeconfig, namespaces=tuple(namespaces),
         workers=read.integer("FLEXINFER_MANAGER_WORKERS", 4, minimum=1),
         policy=ManagerPolicy(election=ElectionPolicy(min_hold=knobs.min_hold, max_wait=knobs.max_wait),
-                             drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S)),
+                             drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S),
+                             gpu_profiles=parse_gpu_profiles(read.raw("FLEXINFER_GPU_PROFILES"))),
         defaults=controller_defaults(env, warn=settings.warn),
     )

@@ -46,6 +46,7 @@ from flexinfer.core.unit_plan import (
 from flexinfer.manager.applier import Applier
 from flexinfer.manager.client import KubeApi
 from flexinfer.manager.lifecycle import LifecycleTracker, PassFacts
+from flexinfer.manager.memory_report import MemoryReport
 from flexinfer.manager.ports import ReconcileScope
 from flexinfer.manager.store import Store, Unit
 from flexinfer.runtime.observer import LifecycleObserver
@@ -71,6 +72,7 @@ class Reconciler:
         self._scope, self._wake, self._clock = scope, wake, clock
         self.applier = Applier(api, store)
         self.lifecycle = LifecycleTracker(sink)
+        self.memory = MemoryReport()
         self._bad_markers: dict[str, str] = {}
         self._reported_ignored: dict[str, str] = {}
 
@@ -78,6 +80,8 @@ class Reconciler:
         now = self._clock()
         plan = plan_unit(self.facts(unit, now), self._defaults, self._policy)
         await self._execute(plan)
+        if unit.group:
+            self._record_memory(unit, plan)
         if plan.preemptions:
             reports = await self._fresh_reports(unit.namespace)
             draining = {p.model.name for p in plan.preemptions}
@@ -86,6 +90,16 @@ class Reconciler:
             await self._execute(plan, draining)
         if plan.wake is not None:
             self._wake(unit, plan.wake)
+
+    def _record_memory(self, unit: Unit, plan: UnitPlan) -> None:
+        """The group's memory figures for ``/metrics``; each member evicted for room counted once."""
+        self.memory.record(unit.namespace, unit.name, plan.election)
+        memory = plan.election.memory if plan.election is not None else None
+        if memory is None:
+            return
+        for preemption in plan.preemptions:
+            if preemption.model.name in memory.evicted:
+                self.memory.evicted(unit.namespace, unit.name)
 
     def facts(self, unit: Unit, now: datetime, reports: Sequence[ModelDemand] | None = None) -> UnitFacts:
         """The unit's facts from the store (the proxies' reports from ``reports`` when given)."""

@@ -11,28 +11,41 @@
 
 Labels are bounded: groups and models come from the declared manifests, ``reason`` and ``source`` from fixed
 sets. A ``prometheus_client`` collector over two callables (the dispatcher's ``memory_report`` and
-``snapshot``); registered by ``flexinfer.assembly.run_local`` on the registry ``/metrics`` serves.
+``snapshot``; the manager's ``MemoryReport.groups`` and ``needs``); registered by ``flexinfer.assembly.run_local``
+and ``run_manager`` on the registry ``/metrics`` serves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from flexinfer.core.memory_need import MIB
-from flexinfer.runtime.dispatcher import ModelState
 
 GROUP_LABELS = ["group", "namespace"]
+
+
+class NeedSource(Protocol):
+    """What the collector reads of a model (the dispatcher's ``ModelState``, the manager's ``NeedRow``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def need_mib(self) -> float | None: ...
+    @property
+    def need_source(self) -> str | None: ...
 
 
 class MemoryMetrics:
     """A collector: ``registry.register(MemoryMetrics(dispatcher.memory_report, dispatcher.snapshot))``."""
 
     def __init__(self, groups: Callable[[], Sequence[dict[str, Any]]],
-                 models: Callable[[], Sequence[ModelState]]) -> None:
+                 models: Callable[[], Sequence[NeedSource]]) -> None:
         self._groups, self._models = groups, models
 
     def register(self, registry: CollectorRegistry) -> MemoryMetrics:

@@ -14,6 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from flexinfer.core.gpu_profiles import GPUProfile, parse_gpu_profiles
 from support.helm_chart import (
     CHART_DIR,
     MANAGER_CLUSTER_PERMISSIONS,
@@ -282,6 +283,19 @@ def test_the_swap_knobs_reach_the_manager_and_the_proxy_alike(helm: Helm) -> Non
         assert (env["FLEXINFER_SWAP_MIN_HOLD"], env["FLEXINFER_SWAP_MAX_WAIT"]) == ("5s", "1m")
     bad = helm.run("template", "x", str(CHART_DIR), "--set", "swap.maxWait=soon", check=False)
     assert bad.returncode != 0 and "maxWait" in bad.stderr
+
+
+def test_gpu_profiles_reach_the_manager_as_the_json_it_reads(helm: Helm, default_docs: list[dict[str, Any]]) -> None:
+    assert "FLEXINFER_GPU_PROFILES" not in manager_env(default_docs)
+    docs = helm.template("controller.gpuProfiles[0].architecture=gfx1100", "controller.gpuProfiles[0].vendor=amd",
+                         "controller.gpuProfiles[0].vramMB=24576", "controller.gpuProfiles[0].features.multiModel=true")
+    assert parse_gpu_profiles(manager_env(docs)["FLEXINFER_GPU_PROFILES"]) == (
+        GPUProfile("gfx1100", 24576, multi_model=True, vendor="amd"),)
+    assert "FLEXINFER_GPU_PROFILES" not in proxy_env(docs)
+    for bad in ("controller.gpuProfiles[0].vramGB=24", "controller.gpuProfiles[0].vramMB=24Gi"):
+        done = helm.run("template", "x", str(CHART_DIR), "--set", "controller.gpuProfiles[0].architecture=gfx1100",
+                        "--set", bad, check=False)
+        assert done.returncode != 0 and "gpuProfiles" in done.stderr, bad
 
 
 def test_proxy_rate_limit_and_auth_env(helm: Helm) -> None:

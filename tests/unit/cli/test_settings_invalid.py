@@ -32,7 +32,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 GARBAGE: dict[Kind, str] = {
     Kind.BOOL: "maybe", Kind.INT: "abc", Kind.NUMBER: "abc", Kind.DURATION: "5 mins", Kind.QUANTITY: "16 gigs",
     Kind.MILLIS: "abc", Kind.PAIRS: "novalue", Kind.CHOICE: "bogus", Kind.URL: "::not a url::",
-    Kind.ADDRESS: "nohost",
+    Kind.ADDRESS: "nohost", Kind.JSON: "{not json",
 }
 FREE_TEXT = {
     "FLEXINFER_STATE_DIR", "FLEXINFER_SHM_ROOT", "PROXY_AUTH_TOKEN", "FLEXINFER_OTEL_SERVICE_NAMESPACE",

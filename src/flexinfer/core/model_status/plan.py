@@ -5,6 +5,7 @@ gate) and the status inputs with the activation record.
 pass preempts the member), then, with the Deployment as stored and the newest pod's loading detail,
 ``finish_member`` (phase, shared-group status and ``status.activation`` for ``build_status``: opened when the
 model is scaled up, or when a Ready model with its replicas kept stops being Ready, ``restarting``).
+A member refused by a group that packs by memory (``refusal_failure``) is ``Failed`` with ``VRAMInsufficient``.
 ``next_wakeup`` says when a timer must re-reconcile a unit (idle timeout, demand windows, the end of a Ready
 holder's hold, drain deadline, lease expiry, a wait marker crossing the starvation bound) so nothing is polled.
 ``activation_clock`` and ``STAGE_OF_SUBSTAGE`` serve the manager's lifecycle tracker
@@ -35,6 +36,7 @@ from flexinfer.core.election import (
     group_hold,
     waiting_since_of,
 )
+from flexinfer.core.gpu_profiles import GPUProfile
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.model_status.build import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
 from flexinfer.core.model_status.pod_failure import PodFailure
@@ -45,6 +47,8 @@ STAGE_OF_SUBSTAGE: Final[dict[str, str]] = {
     "LoadingWeights": "staging", "HealthCheckPending": "health",
 }
 WAKE_MARGIN: Final = timedelta(milliseconds=100)
+REASON_VRAM_INSUFFICIENT: Final = "VRAMInsufficient"
+"""``Ready`` reason of a member whose memory need exceeds its group's whole budget (Go's reason for a misfit)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class ManagerPolicy:
     busy_ttl: float = 30.0
     log_poll_interval: float = 10.0
     """While a model server runs but is not ready, its log is re-read this often (loading substage)."""
+    gpu_profiles: tuple[GPUProfile, ...] = ()
+    """``FLEXINFER_GPU_PROFILES``: shared groups on a ``multiModel`` architecture pack by memory."""
 
 
 @dataclass(frozen=True)
@@ -105,18 +111,28 @@ def busy_proxies(annotations: Mapping[str, str], now: datetime, ttl: float) -> l
 def _preempted_message(decision: MemberDecision, leader: Model | None) -> str:
     if decision.preempted_by.startswith(LEASE_PREFIX):
         return f"Preempted by GPU lease {decision.preempted_by[len(LEASE_PREFIX):]}"
+    cause = f" ({decision.cause})" if decision.cause else ""
     if leader is not None:
-        return f"Preempted by {leader.name} with priority {leader.priority}"
-    return f"Preempted by {decision.preempted_by}" if decision.preempted_by else "Preempted"
+        return f"Preempted by {leader.name} with priority {leader.priority}{cause}"
+    return f"Preempted by {decision.preempted_by}{cause}" if decision.preempted_by else "Preempted"
 
 
 def shared_status(model: Model, decision: MemberDecision, now: datetime) -> SharedGroupStatus:
-    """``status.sharedGroup`` after the election; ``preemptedAt`` stamped when preempted in this pass."""
+    """``status.sharedGroup`` after the election; ``preemptedAt`` stamped when preempted in this pass; in a group
+    that packs by memory, the member's need and where the figure comes from."""
     old = model.status.shared_group
     preempted_at = now if decision.preempt_now else (old.preempted_at if old else None)
+    need = decision.need
     return SharedGroupStatus(group_name=model.group or "", state=decision.state,
                              queue_position=decision.queue_position, preempted_by=decision.preempted_by,
-                             preempted_at=preempted_at)
+                             preempted_at=preempted_at, memory_need_mib=round(need.mib, 2) if need else None,
+                             memory_need_source=need.source if need else None)
+
+
+def refusal_failure(inputs: MemberInputs) -> PodFailure | None:
+    """A member whose need exceeds its group's whole memory budget: ``Failed`` with ``VRAMInsufficient``."""
+    refusal = inputs.decision.refusal if inputs.decision is not None else ""
+    return PodFailure(REASON_VRAM_INSUFFICIENT, refusal) if refusal else None
 
 
 def plan_member(inputs: MemberInputs, now: datetime, policy: ManagerPolicy) -> MemberPlan:
@@ -199,7 +215,8 @@ def finish_member(inputs: MemberInputs, plan: MemberPlan, deployment: Deployment
     phase = derive_phase(plan.replicas, deployment, shared.state if shared else None)
     if shared is not None and phase == phases.READY and shared.state == "Active":
         shared = shared.model_copy(update={"preempted_at": None})
-    failed = failure is not None and phase in (phases.PENDING, phases.LOADING)
+    failed = failure is not None and (phase in (phases.PENDING, phases.LOADING)
+                                      or (failure.reason == REASON_VRAM_INSUFFICIENT and phase != phases.READY))
     if failed:
         phase = phases.FAILED
     return StatusInputs(phase=phase, now=now, loading=loading, shared=shared,
