@@ -9,11 +9,11 @@ the node's single ``amd.com/gpu`` in one group, without a coldStartTimeout of th
 every waiting request's budget. The storm (the local soak's mix: plain requests, streams, dropped streams,
 abandoned requests) goes to the proxy's ClusterIP Service from the host; the client's budget (``--budget``) is
 longer than the proxy's, so a request the proxy gives up on is a typed error and only one nobody answered is
-``bad``. Defaults: tiny-a (priority 100) and tiny-d (200), 300 requests per 5-minute window (1/s), at most 32 at
-once, client budget 180 s, proxy budget 150 s, swap.minHold 15 s, swap.maxWait 90 s. A swap on the node takes
-6 to 15 s, sometimes ~60 s (the winner's pod stays Pending after the loser's is gone); with the chart's 30 s
-maxWait such a swap lets both models starve, and the starvation bound then takes the GPU from each one as it
-turns Ready (docs/performance.md, "Soak").
+``bad``. Defaults: all four storm models (tiny-a and tiny-b 100, tiny-c 150, tiny-d 200), 300 requests per 5-minute
+window (1/s), at most 32 at once, client budget 180 s, proxy budget 150 s, the chart's swap.minHold 15 s and
+swap.maxWait 30 s. A swap on the node takes 6 to 15 s, sometimes ~60 s (the winner's pod stays Pending after the
+loser's is gone), so a rotation of four members outlasts the 30 s bound and every member starves: the load that
+found the wait-marker gap and the one-request-per-swap rotation (docs/performance.md, "Soak").
 
 Each window's row has soak.py's columns, with the figures taken in the cluster: queue waits from the proxy's
 access lines (``kubectl logs --timestamps`` of the window), swaps from the manager's
@@ -58,7 +58,7 @@ COMPONENTS = ("proxy", "manager")
 """The chart's components whose processes are watched (label ``app.kubernetes.io/component``, container name)."""
 SERVERLESS = "{enabled: true, idleTimeout: 10m}"
 """No coldStartTimeout of the Models' own: the proxy's PROXY_COLD_START_TIMEOUT is the budget."""
-DEFAULT_MODELS = ("tiny-a", "tiny-d")
+DEFAULT_MODELS = ("tiny-a", "tiny-b", "tiny-c", "tiny-d")
 """The lowest and the highest priority of the storm's models (docs/performance.md says why not all four)."""
 MANAGER_METRICS_PORT = 8080
 SWAPS = "flexinfer_model_swap_duration_seconds_count"
@@ -155,7 +155,7 @@ def main() -> int:
     parser.add_argument("--proxy-budget", type=float, default=150.0,
                         help="the proxy's PROXY_COLD_START_TIMEOUT and PROXY_QUEUE_TIMEOUT, s (150)")
     parser.add_argument("--min-hold", type=float, default=15.0, help="the chart's swap.minHold, s (15)")
-    parser.add_argument("--max-wait", type=float, default=90.0, help="the chart's swap.maxWait, s (90)")
+    parser.add_argument("--max-wait", type=float, default=30.0, help="the chart's swap.maxWait, s (30)")
     parser.add_argument("--models", type=lambda text: tuple(text.split(",")), default=DEFAULT_MODELS,
                         help=f"two or more of the storm's models, comma-separated ({','.join(DEFAULT_MODELS)})")
     args = parser.parse_args()
