@@ -10,7 +10,8 @@ report, so replicas never race; one task per model sends the writes, each the va
 so a burst of waits or of forwards costs one write, and a clear never overtakes the write before it:
 
 - write when the oldest waiting request changes (the first one of a waiting period; the oldest one left
-  after the one before it was forwarded, timed out or was cancelled);
+  after the one before it was forwarded, timed out or was cancelled), unless the marker lags it by less than
+  ``RESOLUTION``;
 - clear (``null``) when this replica has no waiting request left, or the Model is deleted.
 
 A model that turns Ready keeps its marker until its requests are on their way: a request's wait ends only
@@ -27,7 +28,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flexinfer.api.model import Model
 from flexinfer.cluster_proxy.demand import rfc3339, utc_now
@@ -38,8 +39,13 @@ from flexinfer.cluster_proxy.model_watch import ModelStore
 log = logging.getLogger(__name__)
 
 FIELD = "waitingSince"
-Step = tuple[str, str, str | None]
-"""One write to send: the Model's namespace and name and the marker value (``None`` = clear)."""
+RESOLUTION = timedelta(seconds=1)
+"""A marker that lags the oldest waiting request by less than this is left as it is: while a backlog is forwarded
+the oldest wait moves on with every request, and a write per request would load the API server (5,000 queued
+requests drained in seconds); a marker up to a second older than the truth changes no decision of consequence
+(the starvation bound is tens of seconds)."""
+Step = tuple[str, str, datetime | None]
+"""One write to send: the Model's namespace and name and the marker's instant (``None`` = clear)."""
 
 
 class WaitMarker:
@@ -50,7 +56,7 @@ class WaitMarker:
         self._report, self._store, self._now = report, store, now
         self._waits: dict[str, dict[int, datetime]] = {}
         """key → this replica's waiting requests (token → when the wait began), oldest first."""
-        self._written: dict[str, str] = {}
+        self._written: dict[str, datetime] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._tokens = itertools.count()
         self.patches: list[tuple[str, str | None]] = []
@@ -93,7 +99,8 @@ class WaitMarker:
 
     async def _send(self, key: str) -> None:
         while (step := self._next(key)) is not None:
-            namespace, name, value = step
+            namespace, name, moment = step
+            value = None if moment is None else rfc3339(moment)
             try:
                 await self._report.write(namespace, name, {FIELD: value})
             except KubeApiError as exc:
@@ -101,17 +108,19 @@ class WaitMarker:
                             key, exc)
                 return
             self.patches.append((key, value))
-            if value is None:
+            if moment is None:
                 self._written.pop(key, None)
             else:
-                self._written[key] = value
+                self._written[key] = moment
 
     def _next(self, key: str) -> Step | None:
         """The write this replica's report needs now, if any (see the module docstring)."""
         waits = self._waits.get(key)
         oldest = next(iter(waits.values()), None) if waits else None
-        wanted = None if oldest is None or self._store.get(key) is None else rfc3339(oldest)
-        if wanted == self._written.get(key):
+        wanted = None if oldest is None or self._store.get(key) is None else oldest
+        written = self._written.get(key)
+        if wanted == written or (wanted is not None and written is not None
+                                 and timedelta(0) <= wanted - written < RESOLUTION):
             return None
         namespace, _, name = key.partition("/")
         return namespace, name, wanted

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
+import itertools
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -136,3 +137,27 @@ async def test_a_deleted_models_marker_is_cleared() -> None:
         with pytest.raises(FlexInferError):
             await asyncio.wait_for(waiting, 2)
         await eventually(lambda: marker(api) is None)
+
+
+async def test_the_marker_follows_the_oldest_wait_in_steps_of_a_second_not_one_write_per_request() -> None:
+    """While a backlog is forwarded the oldest wait moves on with every request: the marker is rewritten only
+    when it lags by a second or more, and always names a request that is still waiting or an older instant."""
+    api = FakeModelApi()
+    await api.put(model_body("m", phase="Idle"))
+    async with cluster_side(api) as cluster:
+        clock = [datetime(2026, 1, 1, tzinfo=UTC)]
+        cluster.marker._now = lambda: clock[0]
+        tokens = []
+        for _ in range(100):  # 100 requests, 50 ms apart: 5 s of arrivals
+            tokens.append(cluster.marker.begin("default/m"))
+            clock[0] += timedelta(milliseconds=50)
+        await settled(cluster)
+        for token in tokens:  # forwarded one by one, oldest first
+            cluster.marker.end("default/m", token)
+            await settled(cluster)
+        writes = marker_patches(api)
+        assert writes[-1] is None
+        instants = [parse_waiting_since(w) for w in writes[:-1] if w is not None]
+        assert len(instants) <= 6, writes  # the first, then one per second of arrivals
+        assert instants == sorted(instants) and instants[0] == datetime(2026, 1, 1, tzinfo=UTC)
+        assert all(b - a >= timedelta(seconds=1) for a, b in itertools.pairwise(instants))
