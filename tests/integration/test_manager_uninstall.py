@@ -9,6 +9,9 @@ takes effect at once (the defect: after `helm uninstall`, `kubectl delete mdl` h
 from __future__ import annotations
 
 import logging
+import os
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from lightkube.types import PatchType
 from flexinfer.core.controller_defaults import controller_defaults
 from flexinfer.manager.client import ModelResource
 from flexinfer.manager.uninstall import Uninstall, UninstallPlan
+from support.cli_process import CliProcess
 from support.manager_harness import cluster, kube_testbed, manager_config, start_manager
 
 pytestmark = pytest.mark.integration
@@ -80,3 +84,35 @@ async def test_uninstall_without_a_manager_or_models_succeeds(kube_testbed: Any)
         plan = UninstallPlan(namespace=c.namespace, manager=MANAGER, timeout=3.0, defaults=controller_defaults({}),
                              model_namespaces=(c.namespace,))
         assert await Uninstall(c.client, plan).run() == 0
+
+
+def kubeconfig_with(path: Path, server: str, token: str) -> Path:
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}", insecure-skip-tls-verify: true}}}}]
+users: [{{name: u, user: {{token: {token}}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+current-context: c
+""")
+    return path
+
+
+def uninstall_command(kubeconfig: Path) -> tuple[int, str]:
+    command = CliProcess(["uninstall", "--namespace", "flexinfer-system", "--manager", MANAGER, "--timeout", "5s",
+                          "--kubeconfig", str(kubeconfig)], dict(os.environ))
+    return command.finish(), command.log
+
+
+def test_an_unreachable_api_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a loopback port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    code, log = uninstall_command(kubeconfig_with(tmp_path / "kc", f"https://127.0.0.1:{port}", "t"))
+    assert code == 1 and "cannot reach the Kubernetes API" in log, log
+    assert "Traceback" not in log, log
+
+
+def test_a_refused_request_names_the_status_and_exits_1(kube_testbed: Any, tmp_path: Path) -> None:
+    code, log = uninstall_command(kubeconfig_with(tmp_path / "kc", kube_testbed.server, "not-a-token"))
+    assert code == 1 and "the Kubernetes API refused a request (401)" in log, log
+    assert "Traceback" not in log, log

@@ -12,8 +12,8 @@ Model that cannot be deleted and no cleanup Job behind. In this order:
 3. the tmpfs cleanup Jobs are waited for, then deleted with their pods (finished or not);
 4. the model pods and the cleanup Jobs' pods are waited for until they are gone.
 
-Each wait is bounded by one deadline; what is still there at the end is named in the log and the exit code
-is 1 (the hook then fails, and ``helm uninstall`` with it, so the operator sees it). Built by
+Each wait is bounded by one deadline; what is still there at the end (or an API error) is named in the log and
+the exit code is 1 (the hook then fails, and ``helm uninstall`` with it, so the operator sees it). Built by
 ``flexinfer.cli.uninstall``.
 """
 
@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 from lightkube import ApiError, AsyncClient, operators
 from lightkube.core.generic_client import ALL_NS
 from lightkube.resources.apps_v1 import Deployment
@@ -68,7 +69,17 @@ class Uninstall:
         self.scopes = list(plan.model_namespaces) or [ALL_NS]
 
     async def run(self) -> int:
-        """0 when everything is stopped and cleaned up, 1 when something was left (logged)."""
+        """0 when everything is stopped and cleaned up, 1 when something was left or the API failed (logged in
+        one line: the hook's log is what the operator reads)."""
+        try:
+            return await self._run()
+        except ApiError as error:
+            log.error("the Kubernetes API refused a request (%s): %s", error.status.code, error.status.message)
+        except (httpx2.HTTPError, OSError) as error:
+            log.error("cannot reach the Kubernetes API: %s", error or type(error).__name__)
+        return 1
+
+    async def _run(self) -> int:
         if not await self.stop_manager():
             return 1
         models = [_plain(m) for m in await self._list(ModelResource)]

@@ -9,7 +9,8 @@ Then the quickstart's block for any node, examples/cpu-node: two llama.cpp Model
 weights in the `Local` cache directories where the example's README puts them. Each answers with its own name,
 stages only its own file into the persistent tmpfs (handed to the loader's user first: the hostPath is created
 root-owned), a swap back finds its copy in place, and deleting the Models empties both tmpfs directories on this
-node with cleanup Jobs that then delete themselves."""
+node with cleanup Jobs that then delete themselves. A cleanup Job for a node that has left the cluster (where a
+shared model last ran) cannot run: it fails at its deadline and then deletes itself too."""
 
 from __future__ import annotations
 
@@ -179,3 +180,58 @@ def test_the_cpu_node_example_runs_swaps_and_cleans_up(node: RealNode, cpu_examp
         assert terms[0]["matchFields"][0]["values"] == [node.env["FLEXINFER_NODE_NAME"]]
     wait_for(lambda: cleanup_jobs(node, "default") == [], 240, "the cleanup Jobs to delete themselves (TTL)", 2.0)
     record("cpu-node example: delete -> cleanup Jobs gone", time.monotonic() - began)
+
+
+GHOST = "ghost"
+GHOST_MANIFEST = f"""
+apiVersion: ai.flexinfer/v1alpha2
+kind: Model
+metadata: {{name: {GHOST}, namespace: default}}
+spec:
+  backend: llamacpp
+  source: file:///models/model.gguf
+  gpu: {{shared: ghost-group}}
+  cache: {{strategy: Local}}
+  config: {{runtimeProfile: cpu}}
+  serverless: {{enabled: true, idleTimeout: 10m}}
+"""
+"""A shared model that last ran on a node which has left the cluster (its ``status.gpu.node`` says so)."""
+GONE_NODE = "gone-node"
+ENDS_S = 120 + 60
+"""The cleanup Job's deadline (120 s) or TTL (120 s), plus the Job and TTL controllers' own delay."""
+
+
+def job_failed(job: dict[str, Any]) -> str:
+    """The reason of a Job's ``Failed=True`` condition (``""`` while it has none)."""
+    return next((c.get("reason") or "?" for c in job.get("status", {}).get("conditions", [])
+                 if c["type"] == "Failed" and c["status"] == "True"), "")
+
+
+def ghost_jobs(node: RealNode) -> list[dict[str, Any]]:
+    return [j for j in cleanup_jobs(node, "default") if j["metadata"]["name"] == f"{GHOST}-tmpfs-cleanup"]
+
+
+@pytest.mark.timeout(600)
+def test_a_cleanup_job_for_a_node_that_is_gone_ends_on_its_own(node: RealNode, release: str) -> None:
+    node.apply(GHOST_MANIFEST)
+    try:
+        wait_for(lambda: node.get("mdl", GHOST, "-n", "default").get("status", {}).get("phase") == "Idle", 60,
+                 "the Model Idle")
+        node.kubectl("patch", "mdl", GHOST, "-n", "default", "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"gpu": {"node": GONE_NODE}}}))
+    finally:
+        node.kubectl("delete", "mdl", GHOST, "-n", "default", "--wait=true", "--timeout=60s")
+    [job] = ghost_jobs(node)
+    terms = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchFields"][0]["values"] == [GONE_NODE]
+
+    began = time.monotonic()
+    reason = wait_for(lambda: next((job_failed(j) for j in ghost_jobs(node)), "deleted"), ENDS_S,
+                      "the cleanup Job to fail at its deadline", 2.0)
+    record("cleanup Job for a gone node: delete -> Failed", time.monotonic() - began)
+    assert reason == "DeadlineExceeded", reason
+    pods = node.get("pods", "-n", "default", "-l", f"flexinfer.ai/tmpfs-cleanup={GHOST}")["items"]
+    assert [p for p in pods if not p["metadata"].get("deletionTimestamp")] == []  # its Pending pod removed
+    wait_for(lambda: ghost_jobs(node) == [], ENDS_S, "the failed cleanup Job to delete itself (TTL)", 2.0)
+    record("cleanup Job for a gone node: delete -> Job gone", time.monotonic() - began)
