@@ -16,6 +16,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
@@ -166,3 +167,18 @@ class Harness:
         else:
             return False
         return True
+
+
+def comparable_effects(effects: list[Effect]) -> list[object]:
+    """The effects but wake-ups, rejections by their error's type, text and fields (errors compare by identity):
+    what two arbiters fed the same events must agree on."""
+    return [(e.ticket, e.model, type(e.error), str(e.error), vars(e.error)) if isinstance(e, ev.RejectTicket) else e
+            for e in effects if not isinstance(e, ev.ScheduleWake)]
+
+
+def arbiter_state(arbiter: Arbiter) -> tuple[Any, ...]:
+    """Everything an arbiter holds, as comparable values (slots with their queues, tickets, who is next, memory
+    evictions, shutting down)."""
+    slots = {k: dict(vars(s), queue=dict(s.queue), in_flight=set(s.in_flight)) for k, s in arbiter.slots.items()}
+    return (slots, dict(arbiter.tickets), dict(arbiter.next_up), dict(arbiter.memory.evictions),
+            arbiter.shutting_down)

@@ -16,7 +16,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from support.arbiter_harness import Harness
+from support.arbiter_harness import Harness, arbiter_state, comparable_effects
 from support.recording_engine import key
 
 G = "default/gpu0"
@@ -339,21 +339,11 @@ class PackedTwin(Packed):
             fast = self.twin.finish(event.ticket, self.now)
         twin_fx = self.twin.handle(event, self.now) if fast is None else fast
         effects = super().send(event)
-        assert _comparable(twin_fx) == _comparable(effects), event
-        assert _state(self.twin) == _state(self.arbiter), event
+        assert comparable_effects(twin_fx) == comparable_effects(effects), event
+        assert arbiter_state(self.twin) == arbiter_state(self.arbiter), event
         self.wake = min((w for w in (self.wake, self.twin.next_wake()) if w is not None), default=None)
         return effects
 
-
-def _comparable(effects: list[ev.Effect]) -> list[object]:
-    """The effects but wake-ups, rejections by their error's type, text and fields (errors compare by identity)."""
-    return [(e.ticket, e.model, type(e.error), str(e.error), vars(e.error)) if isinstance(e, ev.RejectTicket) else e
-            for e in effects if not isinstance(e, ev.ScheduleWake)]
-
-
-def _state(arbiter: Arbiter) -> tuple[Any, ...]:
-    slots = {k: dict(vars(s), queue=dict(s.queue), in_flight=set(s.in_flight)) for k, s in arbiter.slots.items()}
-    return slots, dict(arbiter.tickets), dict(arbiter.next_up), dict(arbiter.memory.evictions)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,6 @@ gives the same effects (wake-ups aside: never later) and ends in the same state.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from support.arbiter_harness import Harness
+from support.arbiter_harness import Harness, arbiter_state, comparable_effects
 from support.recording_engine import key, make_model
 
 S = 4.0  # engine start/stop bound used by the harness
@@ -78,8 +77,8 @@ class Twin(Checked):
             self.twin, self.express_hits = Arbiter(self.models, self.policy), 0
         twin_fx = self._twin_effects(event)
         effects = super().send(event)
-        assert _without_wakes(twin_fx) == _without_wakes(effects), event
-        assert _state(self.twin) == _state(self.arbiter), event
+        assert comparable_effects(twin_fx) == comparable_effects(effects), event
+        assert arbiter_state(self.twin) == arbiter_state(self.arbiter), event
         wake, twin_wake = self.arbiter.next_wake(), self.twin.next_wake()
         assert wake is None or (twin_wake is not None and twin_wake <= wake), "the express lane woke up late"
         self.wake = min((w for w in (self.wake, twin_wake) if w is not None), default=None)
@@ -97,16 +96,6 @@ class Twin(Checked):
         self.express_hits += 1
         return fast
 
-
-def _without_wakes(effects: list[ev.Effect]) -> list[object]:
-    """The effects but wake-ups, rejections compared by their error's type, text and fields."""
-    return [(e.ticket, e.model, type(e.error), str(e.error), vars(e.error)) if isinstance(e, ev.RejectTicket) else e
-            for e in effects if not isinstance(e, ev.ScheduleWake)]
-
-
-def _state(arbiter: Arbiter) -> tuple[Any, ...]:
-    slots = {k: dict(vars(s), queue=dict(s.queue), in_flight=set(s.in_flight)) for k, s in arbiter.slots.items()}
-    return slots, dict(arbiter.tickets), dict(arbiter.next_up), arbiter.shutting_down
 
 
 def run(script: list[tuple[str, object]], delays: dict[str, float], cls: type[Checked] = Checked,
