@@ -182,3 +182,15 @@ def arbiter_state(arbiter: Arbiter) -> tuple[Any, ...]:
     slots = {k: dict(vars(s), queue=dict(s.queue), in_flight=set(s.in_flight)) for k, s in arbiter.slots.items()}
     return (slots, dict(arbiter.tickets), dict(arbiter.next_up), dict(arbiter.memory.evictions),
             arbiter.shutting_down)
+
+
+def express_effects(arbiter: Arbiter, event: Event, now: float) -> tuple[list[Effect], bool]:
+    """``event`` applied to ``arbiter`` as the dispatcher does: a request's arrival or end answered by the express
+    lane (``admit``/``finish``) when it is open, else a full ``handle``; second, whether the express lane took it."""
+    fast: list[Effect] | None = None
+    if isinstance(event, ev.RequestArrived):
+        grant = arbiter.admit(event.ticket, event.model, now)
+        fast = None if grant is None else [grant]
+    elif isinstance(event, ev.RequestFinished):
+        fast = arbiter.finish(event.ticket, now)
+    return (arbiter.handle(event, now), False) if fast is None else (fast, True)

@@ -211,8 +211,7 @@ class KubeEngine:
                 if current is None or not waiting_its_turn(current):
                     raise EngineError(f"model {model.key} was not Ready within {budget:.0f}s") from None
                 log.info("model %s: still waiting for its group's GPU after %.0fs (%s); demand signalled again",
-                         model.key, budget, current.status.shared_group.state if current.status.shared_group
-                         else "-")
+                         model.key, budget, current.status.phase)
                 await self._demand.signal(current)
 
     async def stop(self, model: Model) -> None:

@@ -16,7 +16,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from support.arbiter_harness import Harness, arbiter_state, comparable_effects
+from support.arbiter_harness import Harness, arbiter_state, comparable_effects, express_effects
 from support.recording_engine import key
 
 G = "default/gpu0"
@@ -331,13 +331,7 @@ class PackedTwin(Packed):
     def send(self, event: ev.Event) -> list[ev.Effect]:
         if not hasattr(self, "twin"):
             self.twin = Arbiter(self.models, self.policy)
-        fast: list[ev.Effect] | None = None
-        if isinstance(event, ev.RequestArrived):
-            grant = self.twin.admit(event.ticket, event.model, self.now)
-            fast = None if grant is None else [grant]
-        elif isinstance(event, ev.RequestFinished):
-            fast = self.twin.finish(event.ticket, self.now)
-        twin_fx = self.twin.handle(event, self.now) if fast is None else fast
+        twin_fx, _ = express_effects(self.twin, event, self.now)
         effects = super().send(event)
         assert comparable_effects(twin_fx) == comparable_effects(effects), event
         assert arbiter_state(self.twin) == arbiter_state(self.arbiter), event

@@ -19,7 +19,7 @@ from flexinfer.api.model import Model
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.arbiter.machine import Arbiter
 from flexinfer.core.arbiter.policy import ArbiterPolicy
-from support.arbiter_harness import Harness, arbiter_state, comparable_effects
+from support.arbiter_harness import Harness, arbiter_state, comparable_effects, express_effects
 from support.recording_engine import key, make_model
 
 S = 4.0  # engine start/stop bound used by the harness
@@ -85,16 +85,9 @@ class Twin(Checked):
         return effects
 
     def _twin_effects(self, event: ev.Event) -> list[ev.Effect]:
-        fast: list[ev.Effect] | None = None
-        if isinstance(event, ev.RequestArrived):
-            grant = self.twin.admit(event.ticket, event.model, self.now)
-            fast = None if grant is None else [grant]
-        elif isinstance(event, ev.RequestFinished):
-            fast = self.twin.finish(event.ticket, self.now)
-        if fast is None:
-            return self.twin.handle(event, self.now)
-        self.express_hits += 1
-        return fast
+        effects, express = express_effects(self.twin, event, self.now)
+        self.express_hits += express
+        return effects
 
 
 
