@@ -57,7 +57,7 @@ from flexinfer.core.election import (
     group_hold,
     lease_frees_card,
 )
-from flexinfer.core.memory_need import MemoryNeed, declared_mib
+from flexinfer.core.memory_need import MemoryNeed, declared_mib, eviction_cause, too_large_message
 from flexinfer.core.memory_plan import EPSILON_MIB, Candidate, Evict, Fits, Resident, plan
 from flexinfer.core.model_status.build import DeploymentFacts
 from flexinfer.core.phases import READY
@@ -75,7 +75,8 @@ def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionP
         parked = elect(members, now, policy, lease)
         decisions = {name: replace(d, need=needs[name]) for name, d in parked.members.items()}
         return replace(parked, members=decisions, memory=_view(members, set(), holding, needs, budget_mib))
-    refused = {m.name: _refusal(m, needs[m.name], group, budget_mib) for m in members
+    namespace = group.partition("/")[0]
+    refused = {m.name: too_large_message(f"{namespace}/{m.name}", needs[m.name], group, budget_mib) for m in members
                if needs[m.name].mib > budget_mib + EPSILON_MIB}
     primary, reason = choose_leader(members, now, policy)
     hold = group_hold(members, policy)
@@ -96,7 +97,8 @@ def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionP
             view.append(Resident(member.name, need.mib, member.priority, loading=True))
             continue
         if isinstance(result, Evict) and not fit_only and _may_evict(member):
-            cause = _cause(member, need, view, group, budget_mib)
+            cause = eviction_cause(f"{namespace}/{member.name}", need, sum(r.need_mib for r in view), group,
+                                   budget_mib)
             gone = {v.key for v in result.victims}
             evicted.update((key, (member.name, cause)) for key in gone)
             active -= gone
@@ -179,19 +181,6 @@ def _rank(m: Member, primary: Member | None, planned: Collection[str], now: date
     waited = _ts(m.waiting_since) if starving else 0.0
     return (m.name not in planned, primary is None or m.name != primary.name, not starving, waited,
             not (m.force or demanded(m, now, policy)), -m.priority, m.name)
-
-
-def _refusal(m: Member, need: MemoryNeed, group: str, budget: float) -> str:
-    namespace = group.partition("/")[0]
-    return (f"model {namespace}/{m.name} needs {need.describe()} but GPU group {group} has a memory budget of "
-            f"{budget:.0f} MiB")
-
-
-def _cause(m: Member, need: MemoryNeed, view: Sequence[Resident], group: str, budget: float) -> str:
-    free = budget - sum(r.need_mib for r in view)
-    namespace = group.partition("/")[0]
-    return (f"evicted from GPU group {group} to make room for {namespace}/{m.name} (needs {need.describe()}; "
-            f"{max(free, 0.0):.0f} of {budget:.0f} MiB free)")
 
 
 def _decide(members: Sequence[Member], active: set[str], evicted: Mapping[str, tuple[str, str]],

@@ -51,6 +51,19 @@ class MemoryNeed:
         return f"{self.mib:.0f} MiB ({self.source})"
 
 
+
+def too_large_message(model: str, need: MemoryNeed, group: str, budget_mib: float) -> str:
+    """The error of a model that can never fit its group, in both engines (a hint when the need is estimated)."""
+    hint = "; if the estimate is wrong, set spec.gpu.vramEstimateMB" if need.source == "estimated" else ""
+    return (f"model {model} needs {need.describe()} but GPU group {group} has a memory budget of "
+            f"{budget_mib:.0f} MiB{hint}")
+
+
+def eviction_cause(model: str, need: MemoryNeed, held_mib: float, group: str, budget_mib: float) -> str:
+    """Why a resident was evicted, in both engines: for whom, its need, and what was free of the budget."""
+    return (f"evicted from GPU group {group} to make room for {model} (needs {need.describe()}; "
+            f"{max(budget_mib - held_mib, 0.0):.0f} of {budget_mib:.0f} MiB free)")
+
 def declared_mib(model: Model) -> float | None:
     """``spec.gpu.vramEstimateMB`` (``None`` when unset)."""
     gpu = model.spec.gpu

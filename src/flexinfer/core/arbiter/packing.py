@@ -33,7 +33,7 @@ from flexinfer.api.key import ModelKey
 from flexinfer.core.arbiter.memory import MemoryLedger
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.arbiter.state import Slot
-from flexinfer.core.memory_need import MemoryNeed, out_of_memory
+from flexinfer.core.memory_need import MemoryNeed, eviction_cause, out_of_memory, too_large_message
 from flexinfer.core.memory_plan import Candidate, Evict, Fits, Resident, TooLarge, plan
 
 
@@ -70,10 +70,11 @@ def next_step(group: str, members: Sequence[Slot], ledger: MemoryLedger, planned
         if isinstance(result, Fits):
             return GroupStep(slot, start=True)
         if isinstance(result, TooLarge):
-            return GroupStep(slot, refusal=refusal(slot, need, group, budget))
+            return GroupStep(slot, refusal=too_large_message(str(slot.key), need, group, budget))
         if isinstance(result, Evict) and not fit_only and slot.queue:
             victims = tuple(s for s in residents if s.key in {v.key for v in result.victims})
-            return GroupStep(slot, evict=_in_order(victims, result), cause=_cause(slot, need, view, group, budget))
+            return GroupStep(slot, evict=_in_order(victims, result), cause=eviction_cause(
+                str(slot.key), need, sum(r.need_mib for r in view), group, budget))
         fit_only = True
     return None
 
@@ -97,13 +98,6 @@ def candidate(slot: Slot, need: MemoryNeed, now: float, policy: ArbiterPolicy) -
 def pinned(slot: Slot, policy: ArbiterPolicy) -> bool:
     """Never evicted for memory: kept running by ``minReplicas``/a preload, or the group's warm primary."""
     return slot.pinned(policy) or slot.model.spec.config.get("warmPolicy") == "primary"
-
-
-def refusal(slot: Slot, need: MemoryNeed, group: str, budget: float) -> str:
-    """The error of a model that can never fit its group."""
-    hint = "; if the estimate is wrong, set spec.gpu.vramEstimateMB" if need.source == "estimated" else ""
-    return (f"model {slot.key} needs {need.describe()} but GPU group {group} has a memory budget of "
-            f"{budget:.0f} MiB{hint}")
 
 
 def out_of_memory_step(slot: Slot, error: str, members: Iterable[Slot], ledger: MemoryLedger) -> GroupStep | None:
@@ -145,9 +139,3 @@ def _rank(slot: Slot, now: float, policy: ArbiterPolicy) -> tuple[bool, float, b
 def _in_order(victims: tuple[Slot, ...], result: Evict) -> tuple[Slot, ...]:
     order = {v.key: index for index, v in enumerate(result.victims)}
     return tuple(sorted(victims, key=lambda s: order[s.key]))
-
-
-def _cause(slot: Slot, need: MemoryNeed, view: Sequence[Resident], group: str, budget: float) -> str:
-    free = budget - sum(r.need_mib for r in view)
-    return (f"evicted from GPU group {group} to make room for {slot.key} (needs {need.describe()}; "
-            f"{max(free, 0.0):.0f} of {budget:.0f} MiB free)")
