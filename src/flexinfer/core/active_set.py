@@ -56,6 +56,8 @@ from flexinfer.core.election import (
     elect,
     group_hold,
     lease_frees_card,
+    starving,
+    within,
 )
 from flexinfer.core.memory_need import MemoryNeed, declared_mib, eviction_cause, too_large_message
 from flexinfer.core.memory_plan import EPSILON_MIB, Candidate, Evict, Fits, Resident, plan
@@ -86,7 +88,7 @@ def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionP
     evicted: dict[str, tuple[str, str]] = {}
     fit_only = False
     planned = {m.preempted_by for m in members if m.phase == "Preempted" and m.preempted_by
-               and _within(now, m.preempted_at, policy.demand_window)}
+               and within(now, m.preempted_at, policy.demand_window)}
     ranked = sorted((m for m in members if m.name not in active and m.name not in refused and m.name not in holding
                      and wants(m, now, policy)), key=lambda m: _rank(m, primary, planned, now, policy))
     for member in ranked:
@@ -139,20 +141,11 @@ def wants(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
     if m.phase == READY or m.min_replicas >= 1 or m.warm_primary or m.force or demanded(m, now, policy):
         return True
     window = max(policy.recent_window, m.cold_start_timeout)
-    return m.state == "Active" and m.phase in STARTING and _within(now, m.last_active, window)
-
-
-def _within(now: datetime, then: datetime | None, window: float) -> bool:
-    return then is not None and (now - then).total_seconds() < window
+    return m.state == "Active" and m.phase in STARTING and within(now, m.last_active, window)
 
 
 def _ts(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
-
-
-def _starving(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
-    return (policy.max_wait is not None and m.waiting_since is not None
-            and (now - m.waiting_since).total_seconds() >= policy.max_wait)
 
 
 def _resident(m: Member, need: MemoryNeed, leaving: bool, now: datetime, hold: float) -> Resident:
@@ -162,11 +155,11 @@ def _resident(m: Member, need: MemoryNeed, leaving: bool, now: datetime, hold: f
         key=m.name, need_mib=need.mib, priority=m.priority, last_used=max(used, default=0.0),
         busy=m.busy or m.waiting_since is not None, oldest_wait=_ts(m.waiting_since),
         pinned=m.min_replicas >= 1 or m.warm_primary or m.force, loading=m.phase != READY, leaving=leaving,
-        held=_within(now, m.ready_since, hold))
+        held=within(now, m.ready_since, hold))
 
 
 def _candidate(m: Member, need: MemoryNeed, now: datetime, policy: ElectionPolicy) -> Candidate:
-    return Candidate(need.mib, m.priority, urgent=m.force or _starving(m, now, policy),
+    return Candidate(need.mib, m.priority, urgent=m.force or starving(m, now, policy),
                      oldest_wait=_ts(m.waiting_since))
 
 
@@ -177,9 +170,9 @@ def _may_evict(m: Member) -> bool:
 
 def _rank(m: Member, primary: Member | None, planned: Collection[str], now: datetime,
           policy: ElectionPolicy) -> tuple[object, ...]:
-    starving = _starving(m, now, policy)
-    waited = _ts(m.waiting_since) if starving else 0.0
-    return (m.name not in planned, primary is None or m.name != primary.name, not starving, waited,
+    hungry = starving(m, now, policy)
+    waited = _ts(m.waiting_since) if hungry else 0.0
+    return (m.name not in planned, primary is None or m.name != primary.name, not hungry, waited,
             not (m.force or demanded(m, now, policy)), -m.priority, m.name)
 
 

@@ -179,7 +179,7 @@ def group_hold(members: Sequence[Member], policy: ElectionPolicy) -> float:
     return max([policy.min_hold, *(m.swap_cooldown for m in members if m.swap_cooldown is not None)])
 
 
-def _within(now: datetime, then: datetime | None, window: float) -> bool:
+def within(now: datetime, then: datetime | None, window: float) -> bool:
     age = _age(now, then)
     return age is not None and age < window
 
@@ -207,14 +207,14 @@ def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPoli
     if forced is not None:
         return forced, "force_promotion"
     loading = best(m for m in members if m.state == "Active" and m.phase in ("Pending", "Loading")
-                   and _within(now, m.last_active, max(policy.recent_window, m.cold_start_timeout)))
+                   and within(now, m.last_active, max(policy.recent_window, m.cold_start_timeout)))
     if loading is not None:
         return loading, "cold_start_in_flight"
     hungry = _starving(members, now, policy)
     if hungry is not None:
         return hungry, "starvation_bound"
     holder = best(m for m in members if m.can_take_demand and m.phase == READY)
-    if holder is not None and holder.ready_since is not None and _within(now, holder.ready_since,
+    if holder is not None and holder.ready_since is not None and within(now, holder.ready_since,
                                                                          group_hold(members, policy)):
         return holder, "min_hold"
     leader, reason = _by_category(members, now, policy)
@@ -224,12 +224,14 @@ def choose_leader(members: Sequence[Member], now: datetime, policy: ElectionPoli
     return leader, reason
 
 
+def starving(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
+    """``m``'s oldest waiting request has waited ``max_wait`` (the starvation bound, when it is on)."""
+    return (policy.max_wait is not None and m.waiting_since is not None
+            and (now - m.waiting_since).total_seconds() >= policy.max_wait)
+
+
 def _starving(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> Member | None:
-    if policy.max_wait is None:
-        return None
-    bound = policy.max_wait
-    hungry = [m for m in members if m.can_take_demand and m.state != "Active" and m.waiting_since is not None
-              and (now - m.waiting_since).total_seconds() >= bound]
+    hungry = [m for m in members if m.can_take_demand and m.state != "Active" and starving(m, now, policy)]
     first = min(hungry, key=lambda m: (m.waiting_since or now, m.name), default=None)
     if first is None or first.waiting_since is None:
         return None
@@ -249,12 +251,12 @@ def _lapsed(m: Member, now: datetime) -> bool:
     """No request waits for the member and its own idle timeout has passed since its last activity: its demand
     is over (the manager scales such a member to zero), however recent the election's windows call it. Such a
     member, once no longer Ready, is neither demand nor recent."""
-    return m.waiting_since is None and m.idle_timeout is not None and not _within(now, m.last_active, m.idle_timeout)
+    return m.waiting_since is None and m.idle_timeout is not None and not within(now, m.last_active, m.idle_timeout)
 
 
 def demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
     return m.phase != READY and (m.waiting_since is not None
-                                 or (_within(now, m.last_active, policy.demand_window) and not _lapsed(m, now)))
+                                 or (within(now, m.last_active, policy.demand_window) and not _lapsed(m, now)))
 
 
 def _idle(m: Member) -> bool:
@@ -268,7 +270,7 @@ def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolic
     wanted = best(m for m in runnable if demanded(m, now, policy))
     warm = best(m for m in runnable if m.warm_primary)
     if ready is not None:
-        quiet = _idle(ready) and not _within(now, ready.last_active, policy.demand_window)  # Go's "idle (2 m)"
+        quiet = _idle(ready) and not within(now, ready.last_active, policy.demand_window)  # Go's "idle (2 m)"
         if wanted is not None and (wanted.priority > ready.priority
                                    or (quiet and wanted.priority >= ready.priority)):
             return wanted, "demand_preemption"
@@ -278,7 +280,7 @@ def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolic
         if warm is not None and not ready.warm_primary and quiet:
             return warm, "warm_primary_reclaim"
         return ready, "ready"
-    recent = best(m for m in runnable if m.phase != READY and _within(now, m.last_active, policy.recent_window)
+    recent = best(m for m in runnable if m.phase != READY and within(now, m.last_active, policy.recent_window)
                   and not _lapsed(m, now))
     if recent is not None and warm is not None:
         return (recent, "recent") if recent.priority >= warm.priority else (warm, "warm_primary")
