@@ -7,8 +7,10 @@ rules that take the GPU from a Ready holder are the in-process arbiter's (``flex
 ``challenger``), with the same knobs (``flexinfer.core.swap_knobs``): the starvation bound ``max_wait`` wins
 whatever the priorities and the hold; within ``min_hold`` after Ready nobody else; then the best waiting member
 if the holder is idle (nothing in flight, nothing waiting), or a member of strictly higher priority if it is
-busy. Here they read persisted status and the proxies' reports instead of live tickets (docs/design/swapping.md
-lists the differences from the Go rules). A group whose GPU profile has ``multiModel`` keeps several members
+busy and the member was asked for after the holder became Ready (a request waits, or Go's 2-minute demand window
+from a request since).
+Here they read persisted status and the proxies' reports instead of live tickets (docs/design/swapping.md lists
+the differences from the Go rules). A group whose GPU profile has ``multiModel`` keeps several members
 Active at once: ``flexinfer.core.active_set`` builds that set around this election's leader.
 """
 
@@ -22,7 +24,7 @@ from typing import Final, Literal
 
 from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.api.gpulease import GPULease
-from flexinfer.api.model import Model
+from flexinfer.api.model import Model, OutOfMemoryStatus
 from flexinfer.api.units import parse_duration
 from flexinfer.core.memory_need import MemoryNeed
 from flexinfer.core.phases import COND_READY, FAILED, READY, find_condition
@@ -134,6 +136,10 @@ class MemberDecision:
     """It can never run in its group (its need exceeds the group's whole memory budget): the message."""
     need: MemoryNeed | None = None
     """What it takes of its group's memory budget (groups that pack by memory)."""
+    budget_mib: float | None = None
+    """Its group's memory budget (groups that pack by memory with a limit)."""
+    out_of_memory: OutOfMemoryStatus | None = None
+    """A start that ran out of memory (``flexinfer.core.oom_retry``): the record its status keeps."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,8 @@ class MemoryView:
     used_mib: float
     reserved_mib: float
     evicted: tuple[str, ...] = ()
+    evicted_for_oom: tuple[str, ...] = ()
+    """Evicted in this decision because another member's start ran out of memory beside them."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +267,17 @@ def demanded(m: Member, now: datetime, policy: ElectionPolicy) -> bool:
                                  or (within(now, m.last_active, policy.demand_window) and not _lapsed(m, now)))
 
 
+def _demand_against(m: Member, holder: Member, now: datetime, policy: ElectionPolicy) -> bool:
+    """``m`` is demand that may take the GPU from the Ready ``holder``: a request waits for it, or it was asked
+    for (Go's 2-minute window) after ``holder`` became Ready. A member whose requests were all answered before the
+    holder took over (a manager restarted 30 s after its last request) is no demand against it."""
+    if not demanded(m, now, policy):
+        return False
+    if m.waiting_since is not None or holder.ready_since is None:
+        return True
+    return m.last_active is not None and m.last_active > holder.ready_since
+
+
 def _idle(m: Member) -> bool:
     """Nothing in flight and nothing waiting for it: the arbiter's idle holder."""
     return not m.busy and m.waiting_since is None
@@ -267,9 +286,9 @@ def _idle(m: Member) -> bool:
 def _by_category(members: Sequence[Member], now: datetime, policy: ElectionPolicy) -> tuple[Member | None, str]:
     runnable = [m for m in members if m.can_take_demand]
     ready = best(m for m in runnable if m.phase == READY)
-    wanted = best(m for m in runnable if demanded(m, now, policy))
     warm = best(m for m in runnable if m.warm_primary)
     if ready is not None:
+        wanted = best(m for m in runnable if _demand_against(m, ready, now, policy))
         quiet = _idle(ready) and not within(now, ready.last_active, policy.demand_window)  # Go's "idle (2 m)"
         if wanted is not None and (wanted.priority > ready.priority
                                    or (quiet and wanted.priority >= ready.priority)):

@@ -193,9 +193,7 @@ def test_a_model_on_a_shared_claim_stages_only_its_own_file(node: RealNode, pair
 
 @pytest.mark.timeout(600)
 def test_the_backout_restarts_the_running_model_without_the_loader(node: RealNode, helm: Helm, pair: None) -> None:
-    # The group's higher-priority member holds the GPU. (With flash-a holding it, a manager restarted within 2
-    # minutes of flash-b's last request hands the GPU to flash-b: it counts status.lastActiveTime as demand,
-    # which the manager that ran before did not; a separate defect.)
+    # The group's higher-priority member holds the GPU.
     assert ask(node, "flash-b") == "flash-b"
     before = ready_pod(node, "flash-b")
     assert before is not None and init_names(before) == ["flash-tmpfs-owner", "flash-loader"]

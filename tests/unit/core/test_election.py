@@ -72,6 +72,26 @@ def test_demand_preemption_rules() -> None:
     assert elect([idle_ready, equal], NOW, GO).leader == "d"
 
 
+@pytest.mark.parametrize("busy", [True, False])
+def test_demand_from_before_the_holder_became_ready_does_not_take_the_gpu_from_it(busy: bool) -> None:
+    """A manager restarted while flash-a, priority 100, holds the GPU Ready since 60 s and flash-b, priority 200,
+    answered its last request 70 s ago, before flash-a took over: flash-b is inside Go's 2-minute demand window,
+    but that demand was served, so flash-a keeps the GPU. A request for flash-b since flash-a became Ready (a Go
+    proxy's ``lastActiveTime``, or a waiting request) takes it."""
+    holder = m("flash-a", phase="Ready", state="Active", priority=100, last_active=ago(20), ready_since=ago(60),
+               busy=busy)
+    asked = m("flash-b", phase="Preempted", state="Preempted", priority=200, last_active=ago(70),
+              preempted_at=ago(65))
+    for policy in (GO, ElectionPolicy()):
+        result = elect([holder, asked], NOW, policy)
+        assert (result.leader, result.reason) == ("flash-a", "ready")
+        assert not result.members["flash-a"].preempt_now
+        for again in (replace(asked, last_active=ago(59)), replace(asked, waiting_since=ago(1))):
+            taken = elect([holder, again], NOW, policy)
+            assert (taken.leader, taken.reason) == ("flash-b", "demand_preemption")
+            assert taken.members["flash-a"].preempt_now
+
+
 def test_a_member_idle_past_its_own_timeout_is_not_restarted_ahead_of_a_waiting_one() -> None:
     """tiny-b (priority 200, idle timeout 15 s) served a request 30 s ago and was scaled to zero as idle; a request
     now waits for tiny-a. The GPU goes to tiny-a, not to tiny-b, which nobody asked for since."""
