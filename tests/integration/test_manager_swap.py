@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.manager.client import ModelResource
+from support.kubelet_script import model_pod, pod_ready
 from support.manager_harness import (
     Cluster,
     cluster,
@@ -74,6 +76,37 @@ async def test_demand_for_a_higher_priority_member_swaps_the_gpu(kube_testbed: A
             assert metric_value(text, "flexinfer_model_cold_start_duration_seconds_count", model="low") == 1
             assert metric_value(text, "flexinfer_sharedgroup_preemptions_total", **{"from": "low", "to": "high"}) == 1
             assert metric_value(text, "flexinfer_sharedgroup_state", model="low", state="Preempted") == 1
+        finally:
+            assert await running.close() == 0
+
+
+async def test_the_winner_is_scaled_up_only_once_the_losers_pod_is_gone(kube_testbed: Any) -> None:
+    """Issue #28: scaled up while the loser's pod terminates, the winner's pod would sit Pending on the device
+    through the scheduler's back-off. ``high`` takes the GPU from ``low``: ``low`` is scaled to zero at once,
+    ``high`` stays at zero (Active, its swap recorded) while ``low``'s pod exists, and is scaled up when that pod
+    is deleted; the swap is measured from the decision, so the wait for the pod counts in it."""
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await make_low_ready(c)
+            pod = await model_pod(c, "low")
+            await pod_ready(c, pod)
+            await c.demand("high")
+            await c.phase_is("low", "Preempted")
+            await c.replicas_are("low", 0)
+
+            async def swap_recorded() -> dict[str, Any] | None:
+                status = await c.status("high")
+                shared = status.get("sharedGroup") or {}
+                return status if "activation" in status and shared.get("state") == "Active" else None
+            high = await c.wait_for(swap_recorded, what="high Active with its swap recorded")
+            assert high["activation"]["kind"] == "swap" and high["activation"]["preempted"] == "low"
+            assert await c.replicas("high") == 0, "scaled up while low's pod still holds the device"
+            await c.client.delete(Pod, pod, namespace=c.namespace, grace_period=0)
+            await c.replicas_are("high", 1)
+            await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
+            await c.phase_is("high", "Ready")
+            await running.metric_is("flexinfer_model_swap_duration_seconds_count", 1, model="high")
         finally:
             assert await running.close() == 0
 

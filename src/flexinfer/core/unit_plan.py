@@ -15,7 +15,8 @@ executes the plan, doing only I/O. The plan, in the order the reconciler execute
   ``Preempted``;
 - ``members``: per member, losers before the leader, the Deployment and Service to apply
   (``flexinfer.core.manifests.render``; replicas and the swap drain gate from
-  ``flexinfer.core.model_status.plan.plan_member``), the status patch (``finish_member`` + ``build_status``;
+  ``flexinfer.core.model_status.plan.plan_member``; a winner stays at zero replicas while a loser's pod still
+  holds the device, ``flexinfer.core.device_handover``), the status patch (``finish_member`` + ``build_status``;
   ``{}`` when nothing changed), the fields ignored in stored objects, and what the lifecycle tracker needs
   (``stops``, ``ready_at``, ``ready_seen``);
 - ``wake``: the next instant at which time alone changes a decision (``next_wakeup``), or the next log read
@@ -55,6 +56,7 @@ from flexinfer.core import phases
 from flexinfer.core.active_set import elect_active_set, holding, need_of
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.demand_view import demand_view, with_demand
+from flexinfer.core.device_handover import releasing
 from flexinfer.core.election import Election, Member, active_lease, elect, waiting_since_of
 from flexinfer.core.flashloader_settings import cache_matches_model
 from flexinfer.core.gpu_profiles import group_budget
@@ -90,9 +92,11 @@ from flexinfer.core.model_status.pod_failure import (
     crash_cause,
     device_held_by_group,
     device_settles_at,
+    out_of_memory_sign,
     pod_failure,
     shown_failure,
 )
+from flexinfer.core.oom_retry import OutOfMemoryFacts
 
 Json = dict[str, Any]
 
@@ -271,6 +275,8 @@ class _Step:
     inputs: MemberInputs
     plan: MemberPlan
     stored: ModelStatus
+    releasing: str | None = None
+    """The member whose pod must go before this one is scaled up from zero (``device_handover``)."""
 
 
 def plan_unit(facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPolicy) -> UnitPlan:
@@ -298,7 +304,8 @@ def _decide(step: _Step, facts: UnitFacts, defaults: ControllerDefaults, policy:
     """One member's part of the plan and the status it leaves the member with."""
     model, now = step.inputs.model, facts.now
     try:
-        manifests = _manifests(model, step.plan, facts, defaults)
+        manifests = _manifests(model, replace(step.plan, replicas=0) if step.releasing else step.plan, facts,
+                               defaults)
     except FlexInferError as error:
         rejection = _rejection(body, error, now)
         return model, rejection, failed_status(step.stored, model.metadata.generation, rejection.message, now)
@@ -348,7 +355,27 @@ def _election(models: Sequence[Model], facts: UnitFacts, policy: ManagerPolicy) 
     needs = {m.name: need_of(m, budget) for m in models}
     held = holding(models, facts.deployments, facts.pods)
     return elect_active_set(members, now, policy.election, group=f"{models[0].namespace}/{facts.group}",
-                            budget_mib=budget, needs=needs, holding=held, lease=lease)
+                            budget_mib=budget, needs=needs, holding=held, lease=lease, oom=_oom_facts(models, facts))
+
+
+def _oom_facts(models: Sequence[Model], facts: UnitFacts) -> OutOfMemoryFacts:
+    """What each member's newest pod says about running out of memory, and the records stored for its generation."""
+    signs = {m.name: sign for m in models
+             if (sign := out_of_memory_sign(newest_pod(facts.pods.get(m.name, ())))) is not None}
+    records = {}
+    for m in models:
+        shared = m.status.shared_group
+        record = shared.out_of_memory if shared is not None else None
+        if record is not None and record.observed_generation == m.metadata.generation:
+            records[m.name] = record
+    return OutOfMemoryFacts(signs, records, {m.name: m.metadata.generation for m in models})
+
+
+def _releasing(step: _Step, active: set[str], facts: UnitFacts) -> str | None:
+    live = step.inputs.deployment
+    if step.plan.replicas == 0 or (live is not None and live.replicas > 0):
+        return None
+    return releasing(step.inputs.model.name, active, facts.pods)
 
 
 def _held(election: Election) -> Election:
@@ -380,8 +407,8 @@ def _steps(models: Sequence[Model], election: Election | None, facts: UnitFacts,
         return steps
     active = {name for name, d in election.members.items() if d.state == "Active"}
     shared = [(s.inputs.model.name, s.plan.shared) for s in steps]
-    steps = [replace(s, inputs=replace(s.inputs, swap=swap_source(s.inputs.model, shared)))
-             if s.inputs.model.name in active else s for s in steps]
+    steps = [replace(s, inputs=replace(s.inputs, swap=swap_source(s.inputs.model, shared)),
+                     releasing=_releasing(s, active, facts)) if s.inputs.model.name in active else s for s in steps]
     return sorted(steps, key=lambda s: s.inputs.model.name in active)
 
 

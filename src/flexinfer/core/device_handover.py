@@ -1,0 +1,34 @@
+"""The hand-over of a shared group's GPU between pods: the winner's pod is created once the loser's pods are gone.
+
+With one Deployment per Model, the members of a group each request the device. Scaling the winner up while the
+loser's pod still terminates leaves the winner's pod Pending (``Insufficient amd.com/gpu``), and the scheduler
+then retries it only after its unschedulable back-off (seconds to a minute), long after the device was free. So
+a member that is about to be scaled up from zero waits, at zero replicas, while a member that does not hold the
+GPU in this election still has a pod that is not finished: the manager's pod watch wakes the unit when that pod
+is deleted, and the pass that follows scales the winner up onto a free device. Pure; used by
+``flexinfer.core.unit_plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+Json = dict[str, Any]
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+"""Pod phases whose containers have all stopped: such a pod no longer holds its resources."""
+
+
+def holds_device(pod: Json) -> bool:
+    """The pod still counts against the node's devices: not finished (a terminating pod still counts)."""
+    return ((pod.get("status") or {}).get("phase") or "Pending") not in _FINISHED
+
+
+def releasing(name: str, active: Collection[str], pods: Mapping[str, Sequence[Json]]) -> str | None:
+    """The first member other than ``name``, not in the ``active`` set, whose pods still hold the device; ``None``
+    when there is none (``name`` may be scaled up)."""
+    for other in sorted(pods):
+        if other != name and other not in active and any(holds_device(p) for p in pods[other]):
+            return other
+    return None
