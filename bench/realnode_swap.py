@@ -6,25 +6,31 @@ Uses the node if it is up (else starts it and stops it at the end), the images `
 the chart installed as in tests/integration/realnode, and two tiny llama.cpp Models in one shared group on
 the node's single ``amd.com/gpu`` (tiny-b has the higher priority). Each round: with both Idle, a request for
 tiny-a (cold start), then one for tiny-b (swap). Times come from a watch on the API server (received by this
-process, ~ms resolution) and from the runtime's timestamp on the server's "Uvicorn running" log line:
+process, ~ms resolution) and from the runtime's timestamp on the server's log line that says it listens:
 
-    request → Deployment scaled   the decision (proxy demand → manager election → scale)
+    request → decision            proxy demand → manager election: the model is Active in its status
+    → loser's pod gone            swap only: the loser drains, its pod terminates and is deleted (the winner
+                                  is scaled up only then, so its pod never waits out the scheduler's back-off)
+    → Deployment scaled           the manager sees the pod gone and scales the winner up
     → pod created                 ReplicaSet controller
-    → pod scheduled               scheduler (for a swap: includes Pending on the GPU while the loser drains)
+    → scheduled (back-off)        scheduler; a pod Pending on the device would wait out its back-off here
     → container running           kubelet + containerd (sandbox, image present, container start)
     → server listening            llama.cpp server start (model load), from its log
-    → pod Ready                   readiness detection (probe period)
-    → Model Ready                 manager status update
-    → reply                       proxy notices Ready, forwards; one token generated
+    → Model Ready                 the manager's own health request answered (or the kubelet's probe), status
+    → reply (kube-proxy)          proxy notices Ready, forwards (to the pod's address; through the Service
+                                  only with ``controller.podEndpoints=false``, where kube-proxy's programming
+                                  shows here), one token generated
 
-The control-plane overhead is decision + (Model Ready → reply) + (pod Ready → Model Ready): FlexInfer's own
-part, on top of Kubernetes' and the server's time.
+"pod Ready (kubelet)" is printed apart: when the kubelet's probe saw the server, after it listened (what
+readiness cost before the manager asked the pod itself). FlexInfer's own part is decision + Deployment scaled
++ Model Ready + reply, on top of Kubernetes' and the server's time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -38,11 +44,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support import real_node
 from support.real_node import NAMESPACE, ApiWatch, RealNode, wait_for
 
-IDLE_TIMEOUT = "15s"
+SERVING_LINES = ("server is listening", "listening on", "Uvicorn running on")
+"""What a model server logs once it serves (llama.cpp's llama-server; llama-cpp-python)."""
+HOLD_S = 15.0
+"""The chart's ``swap.minHold``: a Ready holder keeps the GPU this long. The swap's request is sent once tiny-a has
+held it that long, so the figures are the swap's own, not the hold's."""
+IDLE_TIMEOUT = "30s"
 """Both Models idle out this long after their last request, so every round starts with no model server running
 (and nothing counts as demand for a model nobody asked for since)."""
-STAGES = ("decision", "pod created", "scheduled", "container running", "server listening", "pod Ready",
-          "Model Ready", "reply")
+STAGES = ("decision", "loser's pod gone", "Deployment scaled", "pod created", "scheduled (back-off)",
+          "container running", "server listening", "Model Ready", "reply (kube-proxy)")
+OWN = ("decision", "Deployment scaled", "Model Ready", "reply (kube-proxy)")
+"""The stages FlexInfer's own code spends (the rest is Kubernetes, the runtime and the model server)."""
 
 
 def condition(obj: dict[str, Any], kind: str) -> bool:
@@ -55,17 +68,21 @@ def running(obj: dict[str, Any]) -> bool:
 
 
 def listening_at(node: RealNode, model: str, monotonic_now: float) -> float | None:
-    """The runtime's timestamp of the server's "Uvicorn running" line, on this process's monotonic clock."""
+    """The runtime's timestamp of the server's line that says it listens, on this process's monotonic clock."""
     out = node.kubectl("logs", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={model}", "-c", "model",
                        "--timestamps", "--tail", "200", check=False).stdout
     for line in out.splitlines():
-        if "Uvicorn running" in line:
+        if any(words in line for words in SERVING_LINES):
             stamp = datetime.fromisoformat(line.split()[0][:26] + "+00:00").timestamp()
             return monotonic_now - (time.time() - stamp)
     return None
 
 
-def measure(node: RealNode, watcher: ApiWatch, base: str, model: str) -> dict[str, float]:
+def active(obj: dict[str, Any]) -> bool:
+    return (obj.get("status", {}).get("sharedGroup") or {}).get("state") == "Active"
+
+
+def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str | None) -> dict[str, float]:
     sent = time.monotonic()
     body = json.dumps({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).encode()
     req = urllib.request.Request(f"{base}/v1/chat/completions", data=body,
@@ -73,15 +90,19 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str) -> dict[st
     with urllib.request.urlopen(req, timeout=300) as resp:
         resp.read()
     reply = time.monotonic()
+    decided = watcher.first(sent, "Model", model, active)
+    listening = listening_at(node, model, time.monotonic())
     marks = {
-        "decision": watcher.first(sent, "Deployment", model, lambda o: o["spec"].get("replicas") == 1),
+        "decision": decided,
+        "loser's pod gone": (watcher.first(sent, "Pod", loser, lambda o: o.get("watchEventType") == "DELETED")
+                             if loser else decided),
+        "Deployment scaled": watcher.first(sent, "Deployment", model, lambda o: o["spec"].get("replicas") == 1),
         "pod created": watcher.first(sent, "Pod", model, lambda o: True),
-        "scheduled": watcher.first(sent, "Pod", model, lambda o: condition(o, "PodScheduled")),
+        "scheduled (back-off)": watcher.first(sent, "Pod", model, lambda o: condition(o, "PodScheduled")),
         "container running": watcher.first(sent, "Pod", model, running),
-        "server listening": listening_at(node, model, time.monotonic()),
-        "pod Ready": watcher.first(sent, "Pod", model, lambda o: condition(o, "Ready")),
+        "server listening": listening,
         "Model Ready": watcher.first(sent, "Model", model, lambda o: o.get("status", {}).get("phase") == "Ready"),
-        "reply": reply,
+        "reply (kube-proxy)": reply,
     }
     out, previous = {}, sent
     for stage in STAGES:
@@ -91,8 +112,12 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str) -> dict[st
             continue
         out[stage] = max(0.0, at - previous)
         previous = max(previous, at)
+    wait_for(lambda: watcher.first(sent, "Pod", model, lambda o: condition(o, "Ready")) is not None, 30,
+             f"{model}'s pod Ready (kubelet)")  # it now comes after the reply
+    kubelet = watcher.first(sent, "Pod", model, lambda o: condition(o, "Ready"))
+    out["pod Ready (kubelet)"] = kubelet - listening if kubelet is not None and listening is not None else math.nan
     out["total"] = reply - sent
-    out["overhead"] = out["decision"] + out["Model Ready"] + out["reply"]
+    out["FlexInfer's part"] = sum(out[stage] for stage in OWN)
     return out
 
 
@@ -130,12 +155,14 @@ def main() -> int:
         with ApiWatch(node) as watcher:  # closed before the node goes down
             for _ in range(args.rounds):
                 idle(node)
-                results["cold start tiny-a"].append(measure(node, watcher, base, "tiny-a"))
-                results["swap tiny-a → tiny-b"].append(measure(node, watcher, base, "tiny-b"))
+                results["cold start tiny-a"].append(measure(node, watcher, base, "tiny-a", None))
+                time.sleep(HOLD_S)  # the hold is policy, not part of a swap
+                results["swap tiny-a → tiny-b"].append(measure(node, watcher, base, "tiny-b", "tiny-a"))
         for what, rounds in results.items():
-            print(f"\n{what} ({len(rounds)} rounds), median seconds")
-            for stage in (*STAGES, "total", "overhead"):
-                print(f"  {stage:<20} {statistics.median(r[stage] for r in rounds):7.3f}")
+            print(f"\n{what} ({len(rounds)} rounds), median seconds (each round)")
+            for stage in (*STAGES, "pod Ready (kubelet)", "total", "FlexInfer's part"):
+                each = " ".join(f"{r[stage]:.3f}" for r in rounds)
+                print(f"  {stage:<22} {statistics.median(r[stage] for r in rounds):7.3f}   ({each})")
     finally:
         if node.started:
             real_node.stop()

@@ -1,11 +1,13 @@
 """The status page of ``flexinfer proxy`` against a real kube-apiserver: behind the proxy's bearer auth, models
-with group and phase from the Models' status, the activation a request waited for, and a clean "not available
-in cluster mode" for model server logs. The test plays the manager (it patches the Model's status)."""
+with group and phase from the Models' status, the activation a request waited for, a clean "not available
+in cluster mode" for model server logs, and the memory of a group that packs by memory from its members'
+status. The test plays the manager (it patches the Model's status)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,7 +20,7 @@ from lightkube.types import PatchType
 from flexinfer.assembly.proxy import ClusterProxy, start_proxy
 from support.fake_openai import FakeOpenAI
 from support.kube_testbed import KubeTestbed
-from support.polling import poll_until
+from support.polling import poll_until, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +61,7 @@ async def patch_status(client: AsyncClient, name: str, status: dict[str, Any]) -
     await client.patch(Model.Status, name, {"status": status}, namespace=NS, patch_type=PatchType.MERGE)
 
 
-async def test_cluster_status_page(setup: tuple[AsyncClient, ClusterProxy, str]) -> None:
+async def test_cluster_status_page(setup: tuple[AsyncClient, ClusterProxy, str], tmp_path: Path) -> None:
     client, proxy, upstream_url = setup
     await client.create(Model(metadata={"name": "m", "namespace": NS, "annotations": {
         "flexinfer.ai/endpoint-override": upstream_url}},
@@ -105,6 +107,49 @@ async def test_cluster_status_page(setup: tuple[AsyncClient, ClusterProxy, str])
             assert logs.status == 404
             error = (await logs.json())["error"]
             assert error["code"] == "logs_unavailable" and "cluster mode" in error["message"]
+
+        for name, phase, state in (("big", "Ready", "Active"), ("small", "Loading", "Active"), ("gone", "Preempted",
+                                                                                              "Preempted")):
+            await client.create(Model(metadata={"name": name, "namespace": NS}, spec={
+                "backend": "llamacpp", "source": "file:///models/tiny.gguf", "gpu": {"vendor": "amd", "shared": "g1"}}))
+            await patch_status(client, name, {"phase": phase, "sharedGroup": {
+                "groupName": "g1", "state": state, "memoryNeedMiB": 1000 if name == "big" else 500,
+                "memoryNeedSource": "declared", "memoryBudgetMiB": 3000}})
+
+        async def memory() -> list[dict[str, Any]] | None:
+            groups: list[dict[str, Any]] = (await status())["memory_groups"]
+            return groups if groups and groups[0]["models"] == [f"{NS}/big", f"{NS}/small"] else None
+
+        groups = await poll_until(memory, timeout=10, what="the group's memory on the page")
+        assert groups == [{"group": f"{NS}/g1", "budget_mib": 3000, "used_mib": 1000, "reserved_mib": 500,
+                           "models": [f"{NS}/big", f"{NS}/small"]}], "g0 (one model at a time) has no bar"
+        needs = {m["key"]: m["need"] for m in (await status())["models"]}
+        assert needs == {f"{NS}/m": None, f"{NS}/big": {"mib": 1000, "source": "declared"},
+                         f"{NS}/small": {"mib": 500, "source": "declared"},
+                         f"{NS}/gone": {"mib": 500, "source": "declared"}}
+    label, used_fraction = await asyncio.to_thread(memory_bar, proxy.url, tmp_path)
+    assert label == f"{NS}/g1: 1000 MiB used, 500 MiB loading, of 2.9 GiB (2 running)", label
+    assert abs(used_fraction - 1000 / 3000) < 0.02
+
+
+def memory_bar(url: str, workdir: Path) -> tuple[str, float]:
+    """The group's memory bar as a real headless Chromium draws it (the token in the page's session storage): its
+    label and the fraction of the bar its used part fills."""
+    from selenium.webdriver.common.by import By
+
+    from support.browser import headless_chromium, keep_screenshot
+
+    item = f'#memory li[data-group="{NS}/g1"]'
+    with headless_chromium(workdir) as driver:
+        driver.get(f"{url}/ui")
+        driver.execute_script("sessionStorage.setItem('flexinfer-token', arguments[0])", TOKEN)
+        driver.get(f"{url}/ui")
+        label = wait_until(lambda: next((e.text for e in driver.find_elements(By.CSS_SELECTOR, f"{item} .memory-label")
+                                         if e.text), None), 30, "the group's memory bar")
+        bar = driver.find_element(By.CSS_SELECTOR, f"{item} .membar")
+        used = driver.find_element(By.CSS_SELECTOR, f"{item} .used")
+        keep_screenshot(driver, workdir, "cluster-memory-groups.png")
+        return label, used.size["width"] / bar.size["width"]
 
 
 async def _queued(status: Any) -> bool:

@@ -1,17 +1,23 @@
 """A shared group on a GPU profile with ``features.multiModel`` packs its members by memory — against a real
-kube-apiserver (Deployments are marked ready through their status subresource): members that fit together are all
-Active and scaled up at once; one that does not fit evicts the cheapest idle member and starts once it is gone; one
-larger than the whole budget fails at once; the status shows each member's need and ``/metrics`` the group's."""
+kube-apiserver (Deployments are marked ready through their status subresource, pods written as a kubelet would):
+members that fit together are all Active and scaled up at once; one that does not fit evicts the cheapest idle
+member and starts once it is gone; one larger than the whole budget fails at once; the status shows each member's
+need (and ``kubectl get mdl`` its column) and ``/metrics`` the group's. A member whose server is OOM-killed at
+start gets the group's evictable members evicted and one retry in a new pod; a second out-of-memory fails it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
+from lightkube.resources.core_v1 import Pod
 
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.gpu_profiles import GPUProfile
 from flexinfer.core.model_status.plan import ManagerPolicy
+from support.kube_testbed import KubeTestbed
+from support.kubelet_script import model_pod, pod_restarting
 from support.manager_harness import (
     Cluster,
     cluster,
@@ -32,6 +38,22 @@ POLICY = ManagerPolicy(election=ElectionPolicy(min_hold=0.0),
 def member(need: int, priority: int = 100) -> dict[str, Any]:
     return {"backend": "llamacpp", "source": "file:///models/tiny.gguf",
             "gpu": {"vendor": "amd", "shared": "gpu0", "priority": priority, "vramEstimateMB": need}}
+
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+async def printed(testbed: KubeTestbed, namespace: str) -> dict[str, dict[str, Any]]:
+    """``kubectl get mdl`` as the apiserver prints it (a Table request): Model name → column name → cell."""
+    url = f"{testbed.server}/apis/ai.flexinfer/v1alpha2/namespaces/{namespace}/models"
+    headers = {"Authorization": f"Bearer {testbed.token}", "Accept": TABLE}
+    async with aiohttp.ClientSession() as http, http.get(url, headers=headers, ssl=False) as reply:
+        assert reply.status == 200, await reply.text()
+        table = await reply.json()
+    assert table["kind"] == "Table", table
+    names = [column["name"] for column in table["columnDefinitions"]]
+    rows = [dict(zip(names, row["cells"], strict=True)) for row in table["rows"]]
+    return {row["Name"]: row for row in rows}
 
 
 async def ask(c: Cluster, name: str) -> None:
@@ -68,8 +90,12 @@ async def test_members_that_fit_run_together_and_one_that_does_not_evicts_by_cos
             for name in ("a", "b", "c"):
                 await serve(c, name)
                 shared = (await c.status(name))["sharedGroup"]
-                assert (shared["state"], shared["memoryNeedMiB"], shared["memoryNeedSource"]) == (
-                    "Active", 1000, "declared")
+                assert (shared["state"], shared["memoryNeedMiB"], shared["memoryNeedSource"],
+                        shared["memoryBudgetMiB"]) == ("Active", 1000, "declared", 3000)
+            table = await printed(kube_testbed, c.namespace)
+            assert {n: (row["NeedMiB"], row["NeedSource"]) for n, row in table.items()} == {
+                "a": (1000, "declared"), "b": (1000, "declared"), "c": (1000, "declared"),
+                "d": (1000, "declared"), "big": (4000, "declared")}
             text = await running.metric_is("flexinfer_sharedgroup_memory_used_bytes", 3000 * MIB, group="gpu0")
             assert metric_value(text, "flexinfer_sharedgroup_memory_budget_bytes", group="gpu0") == 3000 * MIB
             assert metric_value(text, "flexinfer_model_memory_need_bytes", model="big", source="declared") == 4000 * MIB
@@ -109,5 +135,58 @@ async def test_without_a_multi_model_profile_the_group_runs_one_model_at_a_time(
             await c.replicas_are("b", 1)
             assert "memoryNeedMiB" not in (await c.status("b"))["sharedGroup"]
             assert "flexinfer_sharedgroup_memory_budget_bytes{" not in await running.metrics()
+        finally:
+            assert await running.close() == 0
+
+
+async def test_a_member_out_of_memory_at_start_evicts_the_group_and_retries_once(kube_testbed: Any) -> None:
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c, policy=POLICY))
+        try:
+            pinned = member(500)
+            pinned["serverless"] = {"minReplicas": 1}
+            await c.create_model("pinned", **pinned)
+            await c.create_model("idle", **member(1000))
+            await c.create_model("x", **member(1000))
+            await serve(c, "pinned")
+            await ask(c, "idle")
+            await serve(c, "idle")
+
+            await ask(c, "x")
+            await c.replicas_are("x", 1)  # 2500 of 3000 MiB: it fits beside both
+            first = await model_pod(c, "x", "first")
+            await pod_restarting(c, first)  # the kubelet: OOM-killed, restarted in place
+            idle = await c.phase_is("idle", "Preempted")
+            assert idle["sharedGroup"]["preemptedBy"] == "x"
+            assert (f"evicted from GPU group {c.namespace}/gpu0: model {c.namespace}/x ran out of memory starting "
+                    f"beside it (retrying once)") in idle["message"]
+            await c.replicas_are("x", 0)  # the retry is a new pod, once the evicted member is gone
+            await c.replicas_are("idle", 0)
+            async def recorded() -> dict[str, Any] | None:
+                return (await c.status("x"))["sharedGroup"].get("outOfMemory")
+            record = await c.wait_for(recorded, what="x's out-of-memory record")
+            assert (record["pod"], record.get("failure", "")) == (first, "")
+            assert (await c.status("pinned"))["phase"] == "Ready" and await c.replicas("pinned") == 1
+            await running.metric_is("flexinfer_sharedgroup_evictions_total", 1, group="gpu0", reason="out_of_memory")
+
+            await c.client.delete(Pod, first, namespace=c.namespace, grace_period=0)  # the ReplicaSet's part
+            await c.replicas_are("x", 1)
+            second = await model_pod(c, "x", "second")
+            await pod_restarting(c, second)
+            x = await c.phase_is("x", "Failed")
+            ready = next(cond for cond in x["conditions"] if cond["type"] == "Ready")
+            expected = (f"out of memory starting model {c.namespace}/x: it needs 1000 MiB (declared), GPU group "
+                        f"{c.namespace}/gpu0 has a budget of 3000 MiB (500 MiB held by other models); container "
+                        f"model OOMKilled, exit code 137")
+            assert (ready["reason"], x["message"]) == ("OutOfMemory", expected)
+            await c.replicas_are("x", 0)
+            assert x["sharedGroup"]["outOfMemory"]["failure"] == expected
+            assert (await c.status("pinned"))["phase"] == "Ready"
+            async def warned() -> bool:
+                return any(e["reason"] == "OutOfMemory" and e["type"] == "Warning" for e in await c.events("x"))
+            await c.wait_for(warned, what="a Warning event OutOfMemory for x")
+            text = await running.metrics()
+            assert metric_value(text, "flexinfer_sharedgroup_evictions_total", group="gpu0",
+                                reason="out_of_memory") == 1
         finally:
             assert await running.close() == 0

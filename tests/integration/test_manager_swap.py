@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.types import PatchType
 
 from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
@@ -84,14 +84,18 @@ async def test_the_winner_is_scaled_up_only_once_the_losers_pod_is_gone(kube_tes
     """Issue #28: scaled up while the loser's pod terminates, the winner's pod would sit Pending on the device
     through the scheduler's back-off. ``high`` takes the GPU from ``low``: ``low`` is scaled to zero at once,
     ``high`` stays at zero (Active, its swap recorded) while ``low``'s pod exists, and is scaled up when that pod
-    is deleted; the swap is measured from the decision, so the wait for the pod counts in it."""
+    is deleted; the swap is measured from the decision, so the wait for the pod counts in it. ``high``'s request
+    has waited past ``high``'s own idle timeout by then: a waiting request keeps it from being idle."""
     async with cluster(kube_testbed) as c:
         running = await start_manager(manager_config(c))
         try:
             await make_low_ready(c)
+            await c.client.patch(ModelResource, "high", {"spec": {"serverless": {"idleTimeout": "15s"}}},
+                                 namespace=c.namespace, patch_type=PatchType.MERGE)
             pod = await model_pod(c, "low")
             await pod_ready(c, pod)
-            await c.demand("high")
+            asked = datetime.now(UTC) - timedelta(seconds=20)
+            await c.report("high", lastActiveTime=rfc3339(asked), waitingSince=rfc3339(asked))
             await c.phase_is("low", "Preempted")
             await c.replicas_are("low", 0)
 
@@ -107,6 +111,52 @@ async def test_the_winner_is_scaled_up_only_once_the_losers_pod_is_gone(kube_tes
             await c.set_deployment_status("high", replicas=1, readyReplicas=1, availableReplicas=1)
             await c.phase_is("high", "Ready")
             await running.metric_is("flexinfer_model_swap_duration_seconds_count", 1, model="high")
+        finally:
+            assert await running.close() == 0
+
+
+async def test_a_losers_pod_whose_containers_exited_is_deleted_at_once(kube_testbed: Any) -> None:
+    """The kubelet deletes a pod whose containers have exited only at its next status sync (12 s seen on the node):
+    the manager deletes it itself, with grace period 0, while the winner waits for it. ``low``'s pod (bound to a
+    node, held by a finalizer here so the test sees the manager's delete) terminates; once its container has
+    exited the manager's delete shortens its grace period to 0, and when it is gone ``high`` is scaled up."""
+    async with cluster(kube_testbed) as c:
+        running = await start_manager(manager_config(c))
+        try:
+            await make_low_ready(c)
+            pod = "low-7d9c4-f5g6h"
+            await c.client.create(ServiceAccount.from_dict({"metadata": {"name": "default",
+                                                                         "namespace": c.namespace}}))
+            await c.client.create(Pod.from_dict({
+                "metadata": {"name": pod, "namespace": c.namespace, "finalizers": ["test.flexinfer.ai/hold"],
+                             "labels": {"app.kubernetes.io/managed-by": "flexinfer", "flexinfer.ai/model": "low"}},
+                "spec": {"nodeName": "gpu-node-0", "automountServiceAccountToken": False,
+                         "containers": [{"name": "model", "image": "llama"}]}}))
+            await c.client.patch(Pod.Status, pod, {"status": {"phase": "Running", "containerStatuses": [
+                {"name": "model", "ready": True, "restartCount": 0, "image": "llama", "imageID": "",
+                 "state": {"running": {"startedAt": rfc3339()}}}]}}, namespace=c.namespace,
+                patch_type=PatchType.MERGE)
+            await c.demand("high")
+            await c.replicas_are("low", 0)
+            await c.client.delete(Pod, pod, namespace=c.namespace)  # what the ReplicaSet does when scaled to 0
+
+            async def grace() -> int | None:
+                meta = (await c.client.get(Pod, pod, namespace=c.namespace)).metadata
+                return meta.deletionGracePeriodSeconds if meta and meta.deletionTimestamp else None
+            assert await c.wait_for(grace, what="low's pod terminating") > 0
+            assert await c.replicas("high") == 0
+            await c.client.patch(Pod.Status, pod, {"status": {"containerStatuses": [
+                {"name": "model", "ready": False, "restartCount": 0, "image": "llama", "imageID": "",
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": rfc3339(),
+                                          "finishedAt": rfc3339()}}}]}}, namespace=c.namespace,
+                patch_type=PatchType.MERGE)
+
+            async def deleted_now() -> bool:
+                return await grace() == 0
+            await c.wait_for(deleted_now, what="the manager's delete with grace period 0")
+            await c.client.patch(Pod, pod, {"metadata": {"finalizers": None}}, namespace=c.namespace,
+                                 patch_type=PatchType.MERGE)
+            await c.replicas_are("high", 1)
         finally:
             assert await running.close() == 0
 

@@ -46,7 +46,7 @@ MANAGER_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
     | _expand("ai.flexinfer", ("modelcaches", "gpuleases", "modeldemands"), READ)
     | _expand("apps", ("deployments",), OWNED)
     | _expand("", ("services",), OWNED)
-    | _expand("", ("pods",), READ)
+    | _expand("", ("pods",), (*READ, "delete"))
     | _expand("", ("pods/log",), ("get",))
     | _expand("batch", ("jobs",), ("create",))
     | _expand("", ("events",), ("create",))
@@ -81,7 +81,6 @@ MANAGER_FORBIDDEN: tuple[Rule, ...] = (
     ("", "secrets", "list"),
     ("", "configmaps", "update"),
     ("", "pods", "create"),
-    ("", "pods", "delete"),
     ("", "pods/exec", "create"),
     ("", "events", "patch"),
     ("", "services", "update"),

@@ -1,10 +1,10 @@
 """What the scheduler and a kubelet would write about a model's pod, for the testbed (which runs neither).
 
 Used by the manager's integration tests that need a pod's own transitions (tests/integration/
-test_manager_restart.py, test_manager_ready_time.py): ``model_pod`` creates the pod the model's Deployment
-would own (not Ready yet), ``pod_ready`` writes its ``Ready`` condition turning True at a given time (and
-returns the wall-clock moments just before and after the write), ``pod_restarting`` writes what a kubelet
-reports after the model server's container was OOM-killed and is being restarted.
+test_manager_restart.py, test_manager_ready_time.py, test_manager_memory_groups.py): ``model_pod`` creates the
+pod the model's Deployment would own (not Ready yet), ``pod_ready`` writes its ``Ready`` condition turning True
+at a given time (and returns the wall-clock moments just before and after the write), ``pod_restarting`` writes
+what a kubelet reports after the model server's container was OOM-killed and is being restarted.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ def whole_second(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def model_pod(c: Cluster, model: str) -> str:
-    """Create ``model``'s pod (labelled as the rendered Deployment labels it), running but not Ready."""
-    name = f"{model}-7d9c4-q2w8e"
+async def model_pod(c: Cluster, model: str, suffix: str = "q2w8e") -> str:
+    """Create ``model``'s pod (labelled as the rendered Deployment labels it), running but not Ready; ``suffix``
+    tells apart the pods a ReplicaSet creates one after the other."""
+    name = f"{model}-7d9c4-{suffix}"
     try:  # no service-account controller runs in the testbed; the admission plugin still wants the account
         await c.client.create(ServiceAccount.from_dict({"metadata": {"name": "default", "namespace": c.namespace}}))
     except ApiError as error:

@@ -358,6 +358,7 @@ class ApiWatch:
                         version = ""
                         break
                     version = obj["metadata"].get("resourceVersion", version)
+                    obj["watchEventType"] = item.get("type")  # ADDED, MODIFIED, DELETED: for ``first``'s predicates
                     with self.lock:
                         self.events.append((time.monotonic(), obj["kind"], obj))
 

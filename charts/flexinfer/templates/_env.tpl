@@ -125,12 +125,15 @@ programs' defaults are the same as values.yaml's). */}}
 {{- end }}
 {{- end }}
 
-{{/* The manager's GPU profiles (groups that pack by memory): FLEXINFER_GPU_PROFILES as JSON, when any. */}}
+{{/* The manager's GPU profiles (groups that pack by memory): FLEXINFER_GPU_PROFILES as JSON, when any; and
+whether it asks starting pods directly and publishes a Ready model's pod (FLEXINFER_POD_ENDPOINTS, always). */}}
 {{- define "flexinfer.env.gpuProfiles" -}}
 {{- with .Values.controller.gpuProfiles }}
 - name: FLEXINFER_GPU_PROFILES
   value: {{ toJson . | quote }}
 {{- end }}
+- name: FLEXINFER_POD_ENDPOINTS
+  value: {{ .Values.controller.podEndpoints | quote }}
 {{- end }}
 
 {{/* Proxy queue, rate-limit and auth settings. */}}

@@ -64,6 +64,8 @@ CRD_SPECS: tuple[CrdSpec, ...] = (
         _column("Reason", '.status.conditions[?(@.type=="Ready")].reason'),
         _column("Shared", ".spec.gpu.shared", priority=1),
         _column("Priority", ".spec.gpu.priority", "integer", priority=1),
+        _column("NeedMiB", ".status.sharedGroup.memoryNeedMiB", "number"),
+        _column("NeedSource", ".status.sharedGroup.memoryNeedSource", priority=1),
         _column("TPS", ".status.metrics.tokensPerSecond"), AGE, _column("Message", ".status.message"),
     )),
     CrdSpec(ModelCache, "ModelCache", "modelcaches", "modelcache", "v1alpha1", (), (

@@ -177,6 +177,33 @@ class ModelSpec(ApiModel):
     """Public names and exposure (parking) of the model."""
 
 
+class OutOfMemoryStatus(StatusModel):
+    """``status.sharedGroup.outOfMemory``: a start of this member that ran out of memory (groups that pack by
+    memory): the group's other members were evicted and the model is retried once; a second failure is kept."""
+
+    pod: str = ""
+    """The pod whose server ran out of memory first."""
+    seen_at: datetime | None = None
+    """When the manager saw it (and evicted the group's other members for the retry)."""
+    observed_generation: int | None = None
+    """The Model generation it applies to: a changed spec starts afresh."""
+    failure: str = ""
+    """Set when the retry ran out of memory too: the message the Model fails with."""
+
+
+class MeasuredMemoryStatus(StatusModel):
+    """``status.sharedGroup.memoryMeasured``: what the member's llama.cpp server reported it allocated, read once
+    from its log after it became Ready (groups that pack by memory); kept for later starts of the same generation."""
+
+    need_mib: float | None = Field(default=None, alias="needMiB")
+    """MiB on its GPU(s) (all of its buffers for a CPU model); unset when the log read showed no complete buffer
+    sizes (another server, a `--verbosity` below 4 in `spec.config.args`, a log that could not be read)."""
+    observed_generation: int | None = None
+    """The Model generation it was measured for: a changed spec drops it."""
+    server_run: str = ""
+    """The server run whose log was read (`pod#restarts@startedAt`): one read per run while there is no figure."""
+
+
 class SharedGroupStatus(StatusModel):
     """``status.sharedGroup``: this member's place in its shared GPU group."""
 
@@ -193,7 +220,14 @@ class SharedGroupStatus(StatusModel):
     memory_need_mib: float | None = Field(default=None, alias="memoryNeedMiB")
     """What this member takes of its group's memory budget, in MiB (groups that pack by memory)."""
     memory_need_source: Literal["measured", "declared", "estimated", "unknown"] | None = None
-    """Where `memoryNeedMiB` comes from: `declared` (`spec.gpu.vramEstimateMB`) or `unknown` (the whole budget)."""
+    """Where `memoryNeedMiB` comes from: `measured` (`memoryMeasured`), `declared` (`spec.gpu.vramEstimateMB`) or
+    `unknown` (the whole budget)."""
+    memory_budget_mib: float | None = Field(default=None, alias="memoryBudgetMiB")
+    """The group's memory budget, in MiB (groups that pack by memory with a limit)."""
+    out_of_memory: OutOfMemoryStatus | None = None
+    """A start that ran out of memory: retried once after evicting the group's other members."""
+    memory_measured: MeasuredMemoryStatus | None = None
+    """What the member's server reported it allocated, from its log (llama.cpp); the need from then on."""
 
 
 class ActivationStatus(StatusModel):
@@ -276,6 +310,9 @@ class ModelStatus(StatusModel):
     """When the loading substage or message last changed (the proxy's stall detector reads it)."""
     endpoint: str | None = None
     """In-cluster URL of the model's Service."""
+    pod_endpoint: str | None = None
+    """While Ready on one pod: that pod's own URL (the in-cluster proxy forwards there, not waiting for the
+    Service's endpoint to be programmed)."""
     last_active_time: datetime | None = None
     """Last request for the model (written by the proxy; the demand and idle signal)."""
     shared_group: SharedGroupStatus | None = None

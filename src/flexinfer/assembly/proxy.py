@@ -1,7 +1,8 @@
 """Composition root of ``flexinfer proxy`` (the in-cluster OpenAI-compatible proxy).
 
 A watch-backed Model cache and demand signalling (``flexinfer.assembly.cluster_proxy``) behind the proxy
-application, proxy metrics on ``/metrics``, opt-in tracing; SIGTERM drains. Called by ``flexinfer.cli.proxy``
+application, proxy metrics on ``/metrics``, the status page (with the memory of the groups that pack by memory, from
+the Models' status), opt-in tracing; SIGTERM drains. Called by ``flexinfer.cli.proxy``
 and the integration tests.
 """
 
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from flexinfer.api import Model
 from flexinfer.assembly import event_loop
 from flexinfer.assembly.cluster_proxy import ClusterSide, cluster_proxy_settings
+from flexinfer.cluster_proxy.memory_groups import memory_groups
 from flexinfer.cluster_proxy.model_api import LightkubeModelApi
 from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.errors import ConfigError
@@ -91,7 +93,8 @@ async def start_proxy(*, host: str = "0.0.0.0", port: int = 8080, kubeconfig: st
         app = create_app(proxy_cfg, side.activator, side.catalog, registry=registry, metrics=metrics,
                          tracer=proxy_tracer(tracing))
         install(app, StatusPage(catalog_states(side.catalog, side.dispatcher.snapshot), activity,
-                                BearerAuth(proxy_cfg.auth_token if proxy_cfg.auth_enabled else None), "cluster"))
+                                BearerAuth(proxy_cfg.auth_token if proxy_cfg.auth_enabled else None), "cluster",
+                                memory=lambda: memory_groups(side.store.all())))
         proxy = ProxyServer(app, proxy_cfg)
         bound = await proxy.start(host, port)
     except BaseException as exc:

@@ -5,7 +5,8 @@ namespaces; a name used in several is ambiguous, 409), by ``spec.litellm.servedM
 ``spec.litellm.aliases``; a model's own name always wins over another model's alias, and among alias
 claimants the oldest Model wins (then the key). The rule is ``flexinfer.core.model_index``.
 ``spec.litellm.enabled: false`` parks a model (the proxy answers 404 and ``/v1/models`` hides it). The
-phase shown is the manager's ``status.phase``. The name index is rebuilt only after the store changed.
+phase shown is the manager's ``status.phase`` (and, in a group that packs by memory, the need from
+``status.sharedGroup``). The name index is rebuilt only after the store changed.
 Built by ``flexinfer.assembly.cluster_proxy``; used by the proxy (``flexinfer.proxy``) through the ``Catalog`` port.
 """
 
@@ -52,13 +53,16 @@ def view(model: Model) -> ModelView:
     status = model.status
     phase = status.phase or "Idle"
     created = model.metadata.creation_timestamp
+    shared = status.shared_group
+    need = shared.memory_need_mib if shared is not None else None
     return ModelView(
         name=model.name, namespace=model.namespace, backend=model.backend,
         served_model_name=backend_model_name(model), phase=phase, group=model.group,
         priority=model.priority, aliases=aliases(model), parked=parked(model),
         created=created.timestamp() if created is not None else 0.0,
         metadata={"key": model.key, "source": model.spec.source, "ready": phase == READY,
-                  "loading_substage": status.loading_substage, "message": status.message},
+                  "loading_substage": status.loading_substage, "message": status.message,
+                  "need_mib": need, "need_source": shared.memory_need_source if shared is not None else None},
     )
 
 

@@ -15,8 +15,9 @@ The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by writ
   stalled in LoadingWeights for ``stall_after`` (``PROXY_STALL_TIMEOUT``, 120 s), a model held behind a warm
   primary (``preemptedBy: primary/…``) and
   the model's cold-start budget, unless the model still waits its turn for its group's GPU → ``EngineError``).
-  ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.endpoint`` or, only with the
-  test-only override switched on, the ``flexinfer.ai/endpoint-override`` annotation.
+  ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.podEndpoint`` (the Ready
+  model's one pod), else ``status.endpoint`` (its Service) or, only with the test-only override switched on,
+  the ``flexinfer.ai/endpoint-override`` annotation.
 Built by ``flexinfer.assembly.cluster_proxy``.
 """
 
@@ -147,12 +148,14 @@ class DemandSignal:
 
 
 def endpoint_of(model: Model, override_enabled: bool) -> str | None:
-    """Where a Ready model answers: the override annotation (only when enabled), else ``status.endpoint``."""
+    """Where a Ready model answers: the override annotation (only when enabled), else its one pod's own URL
+    (``status.podEndpoint``, which the manager publishes unless told to route through Services), else
+    ``status.endpoint`` (the Service)."""
     if override_enabled:
         override = model.metadata.annotations.get(ENDPOINT_OVERRIDE_ANNOTATION, "").strip()
         if override:
             return override
-    return model.status.endpoint or None
+    return model.status.pod_endpoint or model.status.endpoint or None
 
 
 def failure_message(model: Model) -> str:

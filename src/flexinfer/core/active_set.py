@@ -24,10 +24,14 @@ when a member that wants to run does not fit:
   it becomes Active once their pods are gone, and nobody else starts meanwhile (none takes the memory being
   freed for it). After a candidate that must wait for members it may not evict (pinned, starting, held, busy),
   later ones join when they fit without evicting anyone;
-- a member whose need exceeds the whole budget is refused (``MemberDecision.refusal``) and never started.
+- a member whose need exceeds the whole budget is refused (``MemberDecision.refusal``) and never started;
+- a member whose pod ran out of memory while starting (``oom``; ``flexinfer.core.oom_retry``) gets the group's
+  evictable members evicted and one retry, started before anyone else once nobody that left holds the device;
+  nobody else starts until that retry is Ready or failed; a second out-of-memory fails it.
 
-A member's need is given (``needs``; ``need_of``): ``spec.gpu.vramEstimateMB`` (declared), else the whole budget
-(unknown: it runs alone). ``holding`` names the members whose Deployment or pod still holds the device. A budget
+A member's need is given (``needs``; ``need_of``): what its llama.cpp server's log showed once it was Ready, for
+its current generation (measured), else ``spec.gpu.vramEstimateMB`` (declared), else the whole budget (unknown:
+it runs alone). ``holding`` names the members whose Deployment or pod still holds the device. A budget
 of ``math.inf`` (a profile with ``vramMB`` <= 0) keeps every member that wants to run Active.
 A GPULease that frees the card parks every member, as in the one-at-a-time election. Pure; called by the
 manager's reconcile plan (``flexinfer.core.unit_plan``).
@@ -42,7 +46,7 @@ from datetime import datetime
 from typing import Any
 
 from flexinfer.api.gpulease import GPULease
-from flexinfer.api.model import Model
+from flexinfer.api.model import Model, OutOfMemoryStatus
 from flexinfer.core.election import (
     Election,
     ElectionPolicy,
@@ -59,9 +63,11 @@ from flexinfer.core.election import (
     starving,
     within,
 )
-from flexinfer.core.memory_need import MemoryNeed, declared_mib, eviction_cause, too_large_message
+from flexinfer.core.measured_memory import measured_need
+from flexinfer.core.memory_need import MemoryNeed, declared_mib, eviction_cause, first_known, too_large_message
 from flexinfer.core.memory_plan import EPSILON_MIB, Candidate, Evict, Fits, Resident, plan
 from flexinfer.core.model_status.build import DeploymentFacts
+from flexinfer.core.oom_retry import OutOfMemoryFacts, OutOfMemoryTurn, out_of_memory_turn
 from flexinfer.core.phases import READY
 
 STARTING = ("Pending", "Loading")
@@ -69,9 +75,10 @@ STARTING = ("Pending", "Loading")
 
 def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionPolicy, *, group: str,
                      budget_mib: float, needs: Mapping[str, MemoryNeed], holding: Collection[str] = (),
-                     lease: GPULease | None = None) -> Election:
+                     lease: GPULease | None = None, oom: OutOfMemoryFacts | None = None) -> Election:
     """The active set of ``group`` (``namespace/name``) and every member's decision (see the module docstring).
-    ``holding``: members whose Deployment wants replicas or whose pod still exists."""
+    ``holding``: members whose Deployment wants replicas or whose pod still exists; ``oom``: out-of-memory
+    starts (``flexinfer.core.oom_retry``)."""
     needs = {m.name: needs.get(m.name, MemoryNeed(budget_mib, "unknown")) for m in members}
     if lease_frees_card(lease, members):
         parked = elect(members, now, policy, lease)
@@ -83,15 +90,27 @@ def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionP
     primary, reason = choose_leader(members, now, policy)
     hold = group_hold(members, policy)
     active = {m.name for m in members if m.state == "Active" and m.name not in refused and wants(m, now, policy)}
+    turn = OutOfMemoryTurn()
+    if oom is not None and not math.isinf(budget_mib):
+        turn = out_of_memory_turn(members, oom, group=group, budget_mib=budget_mib, needs=needs, active=active,
+                                  now=now)
+        refused.update(turn.failed)
+        active -= {*turn.failed, *turn.fresh, *turn.victims}
+    retrying = turn.retrying
     view = [_resident(m, needs[m.name], m.name not in active, now, hold) for m in members
             if m.name in active or m.name in holding]
     evicted: dict[str, tuple[str, str]] = {}
+    # A retry after an out-of-memory start waits until every member that left is gone; nobody else starts meanwhile.
+    blocked = any(m.name in holding and m.name not in active for m in members)
     fit_only = False
     planned = {m.preempted_by for m in members if m.phase == "Preempted" and m.preempted_by
                and within(now, m.preempted_at, policy.demand_window)}
     ranked = sorted((m for m in members if m.name not in active and m.name not in refused and m.name not in holding
-                     and wants(m, now, policy)), key=lambda m: _rank(m, primary, planned, now, policy))
+                     and wants(m, now, policy)), key=lambda m: (m.name not in retrying,
+                                                               *_rank(m, primary, planned, now, policy)))
     for member in ranked:
+        if retrying and (member.name not in retrying or blocked):
+            break
         need = needs[member.name]
         result = Fits() if math.isinf(budget_mib) else plan(budget_mib, view, _candidate(member, need, now, policy))
         if isinstance(result, Fits):
@@ -110,18 +129,20 @@ def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionP
     if leader is None:
         chosen = best(m for m in members if m.name in active)
         leader, reason = (chosen.name, "packed") if chosen is not None else (None, "empty")
-    decisions = _decide(members, active, evicted, refused, needs)
-    view_now = _view(members, active, holding, needs, budget_mib, evicted=tuple(evicted))
+    decisions = _decide(members, active, {**turn.victims, **evicted}, refused, needs,
+                        budget=None if math.isinf(budget_mib) else budget_mib, records=turn.records)
+    view_now = replace(_view(members, active, holding, needs, budget_mib, evicted=tuple(evicted)),
+                       evicted_for_oom=tuple(turn.victims))
     return Election(leader, reason, decisions, view_now)
 
 
 def need_of(model: Model, budget: float) -> MemoryNeed:
-    """What a member takes of its group's budget: ``spec.gpu.vramEstimateMB``, else the whole budget (``unknown``;
-    nothing in a group without a limit). The manager cannot read the weights, so it has no estimate of its own."""
-    declared = declared_mib(model)
-    if declared is not None:
-        return MemoryNeed(declared, "declared")
-    return MemoryNeed(0.0 if math.isinf(budget) else budget, "unknown")
+    """What a member takes of its group's budget, by the rule both engines share (``memory_need.first_known``): what
+    its server's log showed for its current generation (``measured``, ``flexinfer.core.measured_memory``), else
+    ``spec.gpu.vramEstimateMB``, else the whole budget (``unknown``; nothing in a group without a limit). The
+    manager cannot read the weights, so it has no estimate of its own."""
+    return first_known(measured_need(model), declared_mib(model), None,
+                       unknown_mib=0.0 if math.isinf(budget) else budget)
 
 
 def holding(models: Iterable[Model], deployments: Mapping[str, Any], pods: Mapping[str, Sequence[Any]]) -> set[str]:
@@ -177,8 +198,10 @@ def _rank(m: Member, primary: Member | None, planned: Collection[str], now: date
 
 
 def _decide(members: Sequence[Member], active: set[str], evicted: Mapping[str, tuple[str, str]],
-            refused: Mapping[str, str], needs: Mapping[str, MemoryNeed]) -> dict[str, MemberDecision]:
-    out = {m.name: MemberDecision("Active", 0, "", False, need=needs[m.name]) for m in members if m.name in active}
+            refused: Mapping[str, str], needs: Mapping[str, MemoryNeed], *, budget: float | None,
+            records: Mapping[str, OutOfMemoryStatus]) -> dict[str, MemberDecision]:
+    out = {m.name: MemberDecision("Active", 0, "", False, need=needs[m.name], budget_mib=budget,
+                                  out_of_memory=records.get(m.name)) for m in members if m.name in active}
     queued = sorted((m for m in members if m.name not in active), key=lambda m: (-m.priority, m.name))
     for position, m in enumerate(queued, start=1):
         preempt = m.phase == READY
@@ -187,7 +210,7 @@ def _decide(members: Sequence[Member], active: set[str], evicted: Mapping[str, t
         if not by and state == "Preempted":
             by = m.preempted_by  # who evicted it earlier: the swap it took part in is measured from there
         out[m.name] = MemberDecision(state, position, by, preempt, cause=cause, refusal=refused.get(m.name, ""),
-                                     need=needs[m.name])
+                                     need=needs[m.name], budget_mib=budget, out_of_memory=records.get(m.name))
     return out
 
 

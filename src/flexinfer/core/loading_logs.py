@@ -21,7 +21,7 @@ container's log say more; the newest line that matches one of these markers deci
   ``load_model: loading model`` (the one line it logs while loading at its default verbosity) →
   ``LoadingWeights``.
 
-Pure; the manager's reconcile plan names the container (``flexinfer.core.unit_plan.MemberAction.log``), the
+Pure; the manager's reconcile plan names the container (``flexinfer.core.unit_actions.MemberAction.log``), the
 reconciler (``flexinfer.manager.reconciler``) fetches the lines and ``MemberAction.with_log`` folds them in.
 A changed substage or message moves ``status.loadingProgressAt``, which feeds the proxy's stalled-load
 detector.

@@ -16,8 +16,11 @@ The compute buffer is an approximation of what llama.cpp reserves for one micro-
 and attention activations, the attention over one slot's context); against llama-server's own figures for the
 test suite's generated models it is within 15 %, and the measured figure replaces it after the first start.
 
+``first_known`` applies that order; both engines call it. The Kubernetes manager has no estimate: its measured
+figure comes from the model server's log once it is Ready (``flexinfer.core.measured_memory``).
+
 ``out_of_memory`` recognises a start that failed for lack of memory. Pure; used by the arbiter
-(``flexinfer.core.arbiter``), the local engine and the admin views.
+(``flexinfer.core.arbiter``), the local engine, the manager's election and the admin views.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from flexinfer.api.model import Model
 from flexinfer.core.server_memory import HOST, ServerMemory
@@ -51,7 +54,6 @@ class MemoryNeed:
         return f"{self.mib:.0f} MiB ({self.source})"
 
 
-
 def too_large_message(model: str, need: MemoryNeed, group: str, budget_mib: float) -> str:
     """The error of a model that can never fit its group, in both engines (a hint when the need is estimated)."""
     hint = "; if the estimate is wrong, set spec.gpu.vramEstimateMB" if need.source == "estimated" else ""
@@ -63,6 +65,30 @@ def eviction_cause(model: str, need: MemoryNeed, held_mib: float, group: str, bu
     """Why a resident was evicted, in both engines: for whom, its need, and what was free of the budget."""
     return (f"evicted from GPU group {group} to make room for {model} (needs {need.describe()}; "
             f"{max(budget_mib - held_mib, 0.0):.0f} of {budget_mib:.0f} MiB free)")
+
+def out_of_memory_cause(model: str, group: str) -> str:
+    """Why a resident was evicted after another member's start ran out of memory beside it, in both engines."""
+    return f"evicted from GPU group {group}: model {model} ran out of memory starting beside it (retrying once)"
+
+
+def out_of_memory_failure(model: str, need: MemoryNeed, group: str, budget_mib: float, *, held_mib: float,
+                          error: str) -> str:
+    """The error of a model whose start ran out of memory again (or with nobody left to evict), in both engines:
+    its need, the budget, what the other members hold, and the server's own words."""
+    return (f"out of memory starting model {model}: it needs {need.describe()}, GPU group {group} has a budget of "
+            f"{budget_mib:.0f} MiB ({held_mib:.0f} MiB held by other models); {error}")
+
+
+def first_known(measured: float | None, declared: float | None, estimated: float | None, *,
+                unknown_mib: float) -> MemoryNeed:
+    """The need by the one rule both engines follow (the module docstring's order): the measured figure, else the
+    declared one, else the estimate, else ``unknown_mib`` (``unknown``). Used by the arbiter's ledger
+    (``flexinfer.core.arbiter.memory``) and the manager's election (``flexinfer.core.active_set.need_of``)."""
+    for mib, source in ((measured, "measured"), (declared, "declared"), (estimated, "estimated")):
+        if mib is not None:
+            return MemoryNeed(mib, cast(NeedSource, source))
+    return MemoryNeed(unknown_mib, "unknown")
+
 
 def declared_mib(model: Model) -> float | None:
     """``spec.gpu.vramEstimateMB`` (``None`` when unset)."""

@@ -88,6 +88,10 @@ class BackendDefaults:
     """The server's flag for how many requests it runs at once (first = the one FlexInfer passes)."""
     parallel: int | None = None
     """Requests it runs at once unless configured; ``None``: the server schedules any number itself."""
+    log_args: tuple[str, ...] = ()
+    """Arguments that make the server log what it allocated (llama.cpp's buffer sizes, at ``--verbosity 4``, as the
+    local engine starts it): the manager measures a Ready server's memory from them
+    (``flexinfer.core.measured_memory``); a ``--verbosity`` in ``spec.config.args`` comes later and wins."""
 
 
 _SERVE_ARGS = ("--model", "{model}", "--host", "0.0.0.0", "--port", "{port}")
@@ -107,7 +111,7 @@ BACKENDS: dict[str, BackendDefaults] = {
         "llamacpp", {"rocm": "ghcr.io/ggml-org/llama.cpp:server-rocm",
                      "cuda": "ghcr.io/ggml-org/llama.cpp:server-cuda", "cpu": "ghcr.io/ggml-org/llama.cpp:server"},
         8080, "/health", "/health", args=_SERVE_ARGS, hf_model_flag="--hf-repo",
-        parallel_flags=("--parallel", "-np"), parallel=1, served_name_flag="--alias"),
+        parallel_flags=("--parallel", "-np"), parallel=1, served_name_flag="--alias", log_args=("--verbosity", "4")),
     "ollama": BackendDefaults(
         "ollama", {"rocm": "ollama/ollama:rocm", "cuda": "ollama/ollama:latest", "cpu": "ollama/ollama:latest"},
         11434, "/api/version", "/api/version", needs_volume=False, env=(("OLLAMA_HOST", "0.0.0.0:11434"),)),

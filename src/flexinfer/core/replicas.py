@@ -44,7 +44,8 @@ def desired_replicas(model: Model, now: datetime, *, in_flight: bool = False) ->
     primary → 1); Loading → 1 (never reap mid-load); idle past the idle timeout → minReplicas; else
     max(1, minReplicas). Idle counts from the last activity or from when the model became Ready, whichever is
     later (the requests that woke it were waiting all along), and never while ``in_flight`` (a proxy reports
-    requests in flight to the model, ``flexinfer.core.model_status.plan.busy_proxies``). The Go rules that read
+    requests in flight to the model, ``flexinfer.core.model_status.plan.busy_proxies``, or a request waits for
+    it). The Go rules that read
     node facts (a KV-cache eviction; no warm primary while the node runs pipeline pods or is in gaming mode)
     have no input here.
     """

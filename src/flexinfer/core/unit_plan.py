@@ -19,6 +19,7 @@ executes the plan, doing only I/O. The plan, in the order the reconciler execute
   holds the device, ``flexinfer.core.device_handover``), the status patch (``finish_member`` + ``build_status``;
   ``{}`` when nothing changed), the fields ignored in stored objects, and what the lifecycle tracker needs
   (``stops``, ``ready_at``, ``ready_seen``);
+- ``reap``: the pods of such losers whose containers have all exited, deleted at once (grace period 0);
 - ``wake``: the next instant at which time alone changes a decision (``next_wakeup``), or the next log read
   while a server loads, whichever is first.
 
@@ -36,45 +37,38 @@ own I/O, and each has its place:
   with it and comes with its own watch event: the next pass writes it.
 - A container that runs but is not ready says more in its log than in its state; only the plan knows
   which log it needs (``MemberAction.log``), and ``MemberAction.with_log`` folds the lines read into the
-  status, the one status rebuilt after the plan.
+  status, the one status rebuilt after the plan. The same read measures a Ready llama.cpp server of a group
+  that packs by memory, once per server run (``flexinfer.core.measured_memory``): the figure lands in
+  ``status.sharedGroup.memoryMeasured`` and the pass that follows the write elects with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 from flexinfer.api.conventions import ACTIVE_SERVICES_ANNOTATION, WAITING_SINCE_ANNOTATION
-from flexinfer.api.errors import FieldProblem, FlexInferError, InvalidResourceError
-from flexinfer.api.gpulease import GPULease
+from flexinfer.api.errors import FlexInferError, InvalidResourceError
 from flexinfer.api.model import Model, ModelStatus
-from flexinfer.api.modelcache import ModelCache
-from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core import phases
 from flexinfer.core.active_set import elect_active_set, holding, need_of
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.demand_view import demand_view, with_demand
-from flexinfer.core.device_handover import releasing
+from flexinfer.core.device_handover import reapable, releasing
 from flexinfer.core.election import Election, Member, active_lease, elect, waiting_since_of
 from flexinfer.core.flashloader_settings import cache_matches_model
 from flexinfer.core.gpu_profiles import group_budget
-from flexinfer.core.loading_logs import LOG_TAIL_LINES, refine_from_log
 from flexinfer.core.manifests.render import render_model
+from flexinfer.core.measured_memory import MEASURE_LOG_LINES, wants_read
 from flexinfer.core.model_status.build import (
-    REASON_FIELD_IGNORED,
-    REASON_VALIDATION_FAILED,
     DeploymentFacts,
-    StatusInputs,
-    build_status,
     failed_status,
     loading_detail,
     newest_pod,
     placed_on,
-    ready_source,
     status_patch,
-    with_ignored_fields,
 )
 from flexinfer.core.model_status.plan import (
     ManagerPolicy,
@@ -88,8 +82,6 @@ from flexinfer.core.model_status.plan import (
     swap_source,
 )
 from flexinfer.core.model_status.pod_failure import (
-    PodFailure,
-    crash_cause,
     device_held_by_group,
     device_settles_at,
     out_of_memory_sign,
@@ -97,175 +89,27 @@ from flexinfer.core.model_status.pod_failure import (
     shown_failure,
 )
 from flexinfer.core.oom_retry import OutOfMemoryFacts
+from flexinfer.core.pod_answer import (
+    MODEL_CONTAINER,
+    answered_at,
+    ready_by_answer,
+    ready_from,
+    run_key,
+    with_pod_endpoint,
+)
+from flexinfer.core.unit_actions import (
+    CRASH_LOG_LINES,
+    IgnoredFields,
+    LogRead,
+    MemberAction,
+    Preemption,
+    Rejection,
+    UnitPlan,
+    member_status,
+)
+from flexinfer.core.unit_facts import StoredModel, UnitFacts
 
 Json = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class StoredModel:
-    """A stored Model body: the typed Model (``None`` when invalid) or its validation error, and the fields
-    ignored because their stored value cannot be parsed."""
-
-    body: Json
-    model: Model | None
-    error: InvalidResourceError | None = None
-    ignored: tuple[FieldProblem, ...] = ()
-
-
-@dataclass(frozen=True)
-class CacheProblem:
-    """A ModelCache of the unit's namespace whose stored fields were ignored."""
-
-    body: Json
-    cache: ModelCache
-    ignored: tuple[FieldProblem, ...]
-
-
-@dataclass(frozen=True)
-class UnitFacts:
-    """What the manager knows about one unit at ``now`` (Deployments and pods keyed by Model name)."""
-
-    now: datetime
-    models: Sequence[StoredModel]
-    deployments: Mapping[str, Json] = field(default_factory=dict)
-    pods: Mapping[str, Sequence[Json]] = field(default_factory=dict)
-    reports: Sequence[ModelDemand] = ()
-    caches: Sequence[ModelCache] = ()
-    cache_problems: Sequence[CacheProblem] = ()
-    group: str | None = None
-    """The shared group's name; ``None`` for an exclusive Model."""
-    leases: Sequence[GPULease] = ()
-    decided: Election | None = None
-    """The election of this reconcile's first pass, whose preemptions are written: the pass that follows a
-    preemption keeps it instead of electing again over the half-written group."""
-    pods_gone_at: Mapping[str, datetime] = field(default_factory=dict)
-    """When the last pod of a member was seen deleted (the manager's store remembers it): a device it released
-    a moment ago may not be bound to the next pod yet (``pod_failure.DEVICE_SETTLE``)."""
-    ready_seen: Mapping[tuple[str, str], datetime] = field(default_factory=dict)
-    """(kind, name) of the unit's Pods and Deployments → when the manager's watch delivered the event that showed
-    their ``Ready``/``Available`` condition turn True, for those whose transition it saw live."""
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """An invalid Model: the status patch to write (``{}``: already written) and the message naming the field."""
-
-    body: Json
-    patch: Json
-    message: str
-    reason: str = REASON_VALIDATION_FAILED
-
-    @property
-    def announce(self) -> bool:
-        """The conditions change: post a Warning event ``ValidationFailed``."""
-        return "conditions" in self.patch
-
-
-@dataclass(frozen=True)
-class Preemption:
-    """A Ready member that loses the GPU in this pass: write ``patch`` first, then post ``message``."""
-
-    model: Model
-    patch: Json
-    by: str
-    message: str
-
-
-@dataclass(frozen=True)
-class IgnoredFields:
-    """Fields ignored for a Model: ``message`` ('' when none) for it, ``own`` when some are in the Model itself
-    (an API server without validation ratcheting then refuses its status writes), and one
-    ``(key, body, message)`` per matching ModelCache that holds some."""
-
-    message: str = ""
-    own: bool = False
-    caches: tuple[tuple[str, Json, str], ...] = ()
-    reason: str = REASON_FIELD_IGNORED
-
-
-CRASH_LOG_LINES: Final = 40
-"""Lines of a crashed container's previous log read to name the cause."""
-
-
-@dataclass(frozen=True)
-class LogRead:
-    """The log tail to read: pod, container, how many lines, and whether of the container's previous run."""
-
-    pod: str
-    container: str
-    lines: int = LOG_TAIL_LINES
-    previous: bool = False
-
-
-@dataclass(frozen=True)
-class MemberAction:
-    """One member's I/O for this pass. ``model`` is the Model as decided on (reports folded in)."""
-
-    model: Model
-    manifests: tuple[Json, Json]
-    """The Deployment and the Service, applied in this order."""
-    inputs: StatusInputs
-    """What ``status`` was built from (``with_log`` refines the loading detail in it)."""
-    status: ModelStatus
-    patch: Json
-    """Merge patch from ``stored`` to ``status``; ``{}``: nothing to write."""
-    ignored: IgnoredFields
-    stops: bool = False
-    """Its Deployment had replicas and is scaled to zero by this apply (a swap's drain ends)."""
-    ready_at: datetime | None = None
-    """While Ready: the Ready instant the cluster recorded (``build.ready_source``)."""
-    ready_seen: datetime | None = None
-    """While Ready: when the manager's watch showed that condition turn True (``None``: not seen live)."""
-    busy: tuple[str, ...] = ()
-    """Proxies reporting requests in flight for it."""
-    log: LogRead | None = None
-    """The log whose tail can refine the loading detail (a container runs but is not ready yet)."""
-    stored: ModelStatus = field(default_factory=ModelStatus)
-    """The member's status as stored."""
-    failure: PodFailure | None = None
-    """While the member is Failed because its pod cannot start (``pod_failure``): the reason and cause."""
-
-    @property
-    def announce(self) -> bool:
-        """A failure appeared or its cause changed: post a Warning event (reason = ``failure.reason``)."""
-        return self.failure is not None and ("phase" in self.patch or "message" in self.patch)
-
-    def with_log(self, lines: Sequence[str]) -> MemberAction:
-        """This action with the loading detail (or a crash's cause) refined by the log's newest ``lines``."""
-        if self.failure is not None:
-            return self._with_cause(crash_cause(lines))
-        loading = self.inputs.loading
-        refined = refine_from_log(lines)
-        if refined is None or loading is None:
-            return self
-        inputs = replace(self.inputs, loading=replace(refined, log_container=loading.log_container))
-        status = _status(self.model, inputs, self.ignored)
-        return replace(self, inputs=inputs, status=status, patch=status_patch(self.stored, status), log=None)
-
-    def _with_cause(self, cause: str | None) -> MemberAction:
-        """The crash's cause from its previous log; an unreadable log keeps the cause already written."""
-        assert self.failure is not None
-        failure = self.failure.with_cause(cause, shown=shown_failure(self.stored))
-        inputs = replace(self.inputs, failure=(failure.reason, failure.message))
-        status = _status(self.model, inputs, self.ignored)
-        return replace(self, inputs=inputs, status=status, patch=status_patch(self.stored, status), log=None,
-                       failure=failure)
-
-
-@dataclass(frozen=True)
-class UnitPlan:
-    """One pass over one unit (see the module docstring)."""
-
-    now: datetime
-    rejections: tuple[Rejection, ...] = ()
-    declared: tuple[Model, ...] = ()
-    preemptions: tuple[Preemption, ...] = ()
-    members: tuple[MemberAction, ...] = ()
-    wake: datetime | None = None
-    election: Election | None = None
-    """The shared group's election of this pass (``None`` for an exclusive Model)."""
-    unreadable_markers: tuple[tuple[str, str], ...] = ()
-    """(Model key, annotation text) of wait markers that are not RFC 3339 times (ignored)."""
 
 
 @dataclass(frozen=True)
@@ -287,8 +131,9 @@ def plan_unit(facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPol
     stored = {s.model.name: s for s in present if s.model is not None}
     models = [_projected(s.model, facts, policy) for s in stored.values() if s.model is not None]
     election = _held(facts.decided) if facts.decided else _election(models, facts, policy) if facts.group else None
-    decided = [_decide(step, facts, defaults, policy, stored[step.inputs.model.name].body)
-               for step in _steps(models, election, facts, policy, stored)]
+    steps = _steps(models, election, facts, policy, stored)
+    decided = [_decide(step, facts, defaults, policy, stored[step.inputs.model.name].body) for step in steps]
+    reap = reapable({s.releasing for s in steps if s.releasing}, facts.pods)
     rejections += [d for _, d, _ in decided if isinstance(d, Rejection)]
     preemptions = tuple(d for _, d, _ in decided if isinstance(d, Preemption))
     # A pass that preempts does only that: the members wait for the reports read after these writes.
@@ -296,7 +141,7 @@ def plan_unit(facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPol
     after = [_projected(model.model_copy(update={"status": status}), facts, policy) for model, _, status in decided]
     declared = () if facts.decided else tuple(models)  # a follow-up pass: declared by the pass that preempted
     return UnitPlan(now, tuple(rejections), declared, preemptions, members, _wake(after, members, facts, policy),
-                    election, _unreadable_markers(models) if facts.group is not None else ())
+                    election, _unreadable_markers(models) if facts.group is not None else (), reap)
 
 
 def _decide(step: _Step, facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPolicy,
@@ -427,10 +272,12 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     held = model.group is not None and device_held_by_group(model.name, facts.pods, facts.pods_gone_at, facts.now)
     found = refusal_failure(step.inputs) or pod_failure(pod, gpu_wait_expected=held,
                                                         previous=shown_failure(step.stored))
-    inputs = finish_member(step.inputs, plan, live, loading_detail(pod), facts.now, failure=found)
+    answered = answered_at(pod, facts.answered) if policy.pod_endpoints else None
+    inputs = finish_member(step.inputs, plan, ready_by_answer(live, answered), loading_detail(pod), facts.now,
+                           failure=found)
     failure = found if inputs.phase == phases.FAILED else None
     ignored = _ignored(model, facts)
-    status = placed_on(_status(model, inputs, ignored), pod)
+    status = placed_on(member_status(model, inputs, ignored), pod)
     detail = inputs.loading
     pod_name = str(((pod or {}).get("metadata") or {}).get("name") or "")
     log = None
@@ -438,22 +285,29 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
         log = LogRead(pod_name, detail.log_container)
     if failure is not None and failure.log_container and pod_name:
         log = LogRead(pod_name, failure.log_container, CRASH_LOG_LINES, previous=True)
-    source = ready_source(pod, facts.deployments.get(model.name)) if status.phase == phases.READY else None
+    if status.phase == phases.READY and pod is not None:
+        log = _measure_read(model, status, pod) or log
+    source = ready_from(pod, facts.deployments.get(model.name), answered) if status.phase == phases.READY else None
+    status = with_pod_endpoint(status, pod, plan.replicas, source if policy.pod_endpoints else None)
+    seen = facts.ready_seen.get((source.kind, source.name)) if source is not None else None
     return MemberAction(
         model, manifests, inputs, status, status_patch(step.stored, status), ignored,
         stops=live is not None and live.replicas > 0 and plan.replicas == 0,
         ready_at=source.since if source is not None else None,
-        ready_seen=facts.ready_seen.get((source.kind, source.name)) if source is not None else None,
+        ready_seen=answered if source is not None and source.since == answered else seen,
         busy=tuple(busy_proxies(model.metadata.annotations, facts.now, policy.busy_ttl)), log=log,
         stored=step.stored, failure=failure)
 
 
-def _status(model: Model, inputs: StatusInputs, ignored: IgnoredFields) -> ModelStatus:
-    """``build_status``, with ``ConfigValid=False`` naming the fields ignored for this model (if any)."""
-    status = build_status(model, inputs)
-    if not ignored.message:
-        return status
-    return with_ignored_fields(status, ignored.message, model.metadata.generation, inputs.now)
+def _measure_read(model: Model, status: ModelStatus, pod: Mapping[str, Any]) -> LogRead | None:
+    """The read that measures a Ready member of a group that packs by memory (``measured_memory``), if due."""
+    shared = status.shared_group
+    if shared is None or shared.memory_need_source is None:
+        return None
+    run = run_key(pod)
+    if not wants_read(model, shared.memory_measured, run) or run is None:
+        return None
+    return LogRead(run.partition("#")[0], MODEL_CONTAINER, MEASURE_LOG_LINES, run=run)
 
 
 def _ignored(model: Model, facts: UnitFacts) -> IgnoredFields:

@@ -2,7 +2,9 @@
 
 - ``apply``: server-side apply (field manager ``flexinfer``, force) of a rendered Deployment/Service, so
   only the fields FlexInfer renders are owned (replicas included) and an unchanged apply is a no-op;
-- ``patch_model_status``: merge patch on ``models/status``;
+- ``patch_model_status``: merge patch on ``models/status``; these two, the writes of every pass, go through the
+  manager's ``PatchSession`` (aiohttp, ``flexinfer.manager.patch_session``) when it is given one, and each is
+  counted as a write of the running pass (``flexinfer.manager.own_writes``);
 - ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
 - ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
@@ -17,6 +19,7 @@ Used by ``flexinfer.manager.reconciler``, ``flexinfer.manager.cleanup`` and ``fl
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 from collections.abc import Sequence
@@ -34,6 +37,8 @@ from lightkube.types import PatchType
 
 from flexinfer.api.conventions import MODEL_LABEL
 from flexinfer.api.model import API_VERSION, KIND
+from flexinfer.manager.own_writes import count_write
+from flexinfer.manager.patch_session import PatchSession
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
@@ -51,24 +56,34 @@ def _plain(obj: Any) -> Body:
 class KubeApi:
     """Thin async wrapper returning plain dicts (see the module docstring)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, patches: PatchSession | None = None) -> None:
         self.client = client
+        self._patches = patches
         self.host = socket.gethostname()
 
     async def apply(self, body: Body) -> Body:
         """Server-side apply ``body`` (a Deployment or Service); returns the live object."""
         meta = body["metadata"]
-        result = await self.client.patch(
-            _KINDS[body["kind"]], meta["name"], body, namespace=meta["namespace"],
-            patch_type=PatchType.APPLY, field_manager=FIELD_MANAGER, force=True)
-        return _plain(result)
+        return await self._patch(_KINDS[body["kind"]], meta["namespace"], meta["name"], body, PatchType.APPLY)
 
     async def patch_model_status(self, namespace: str, name: str, patch: Body) -> Body:
         """Merge-patch ``status`` of a Model; returns the whole object as stored."""
-        result = await self.client.patch(
-            ModelResource.Status, name, {"status": patch}, namespace=namespace, patch_type=PatchType.MERGE,
-            field_manager=FIELD_MANAGER)
-        return _plain(result)
+        return await self._patch(ModelResource.Status, namespace, name, {"status": patch}, PatchType.MERGE)
+
+    async def _patch(self, kind: Any, namespace: str, name: str, body: Body, patch_type: PatchType) -> Body:
+        """A patch (an apply is forced), answered with the API server's JSON as a dict. The request is built by
+        lightkube and sent by the ``PatchSession`` when there is one (the manager's), else by lightkube's own
+        client, without the typed object its ``patch`` would build and ``to_dict`` turn back into this dict."""
+        count_write()
+        generic = self.client._client
+        prepared = generic.prepare_request(
+            "patch", kind, body, name, namespace, headers={"Content-Type": patch_type.value},
+            params={"fieldManager": FIELD_MANAGER, "force": "true" if patch_type == PatchType.APPLY else None})
+        if self._patches is not None:
+            return await self._patches.send(prepared)
+        response = await generic.send(generic.build_adapter_request(prepared))  # type: ignore[no-untyped-call]
+        generic.raise_for_status(response)  # type: ignore[no-untyped-call]
+        return cast(Body, json.loads(response.content))
 
     async def list_demands(self, namespace: str) -> list[Body] | None:
         """Every ``ModelDemand`` in ``namespace``, listed without a resourceVersion (a quorum read);
@@ -90,6 +105,16 @@ class KubeApi:
         """Delete an object; ``False`` when it was already gone."""
         try:
             await self.client.delete(_KINDS[kind], name, namespace=namespace)
+        except ApiError as error:
+            if error.status.code == 404:
+                return False
+            raise
+        return True
+
+    async def delete_pod_now(self, namespace: str, name: str) -> bool:
+        """Delete a pod with grace period 0 (its containers have exited); ``False`` when it was already gone."""
+        try:
+            await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
         except ApiError as error:
             if error.status.code == 404:
                 return False

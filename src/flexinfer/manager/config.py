@@ -6,7 +6,8 @@ hostname + a random suffix when unset), ``FLEXINFER_SWAP_DRAIN_TIMEOUT`` (``60s`
 model may keep serving reported in-flight requests), ``FLEXINFER_MANAGER_WORKERS`` (4 concurrent
 reconciles of different units), and the swap knobs both engines share (``flexinfer.core.swap_knobs``:
 ``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the election's hold and starvation bound), and
-``FLEXINFER_GPU_PROFILES`` (``flexinfer.core.gpu_profiles``: the shared groups that pack by memory). An
+``FLEXINFER_GPU_PROFILES`` (``flexinfer.core.gpu_profiles``: the shared groups that pack by memory),
+``FLEXINFER_POD_ENDPOINTS`` (true: starting pods are asked directly, a Ready model's pod is published). An
 unparsable value of these is a ``ConfigError`` naming the variable.
 Controller defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``, images) come from
 ``flexinfer.core.controller_defaults``: unparsable ones keep the Go fallback and are logged as warnings.
@@ -51,6 +52,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "whose members run on an architecture with `multiModel` keeps as many of them Active as fit in `vramMB` "
            "(by `spec.gpu.vramEstimateMB`; 0 or less: no limit) and evicts by cost; other groups run one model at a "
            "time (Helm `controller.gpuProfiles`).", Kind.JSON),
+    EnvVar("FLEXINFER_POD_ENDPOINTS", "true",
+           "Ask a starting model pod's server directly (its readiness probe's path and port) so the Model is Ready "
+           "as soon as it answers, and publish a Ready model's one pod as `status.podEndpoint`, where the "
+           "in-cluster proxy forwards; false: the kubelet's probes decide Ready and every request goes through "
+           "the model's Service (Helm `controller.podEndpoints`).", Kind.BOOL),
 )
 
 
@@ -102,6 +108,7 @@ def manager_config(env: Mapping[str, str], *, metrics_bind_address: str | None =
         workers=read.integer("FLEXINFER_MANAGER_WORKERS", 4, minimum=1),
         policy=ManagerPolicy(election=ElectionPolicy(min_hold=knobs.min_hold, max_wait=knobs.max_wait),
                              drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S),
-                             gpu_profiles=parse_gpu_profiles(read.raw("FLEXINFER_GPU_PROFILES"))),
+                             gpu_profiles=parse_gpu_profiles(read.raw("FLEXINFER_GPU_PROFILES")),
+                             pod_endpoints=read.flag("FLEXINFER_POD_ENDPOINTS", True)),
         defaults=controller_defaults(env, warn=settings.warn),
     )

@@ -15,8 +15,9 @@ from typing import Any
 
 from flexinfer.core.election import Election
 
-EVICTION_REASONS = ("make_room",)
-"""Why the Kubernetes engine evicts: to make room for another member (it sees no start run out of memory)."""
+EVICTION_REASONS = ("make_room", "out_of_memory")
+"""Why the Kubernetes engine evicts: to make room for another member, or after another member's start ran out of
+memory beside it (``flexinfer.core.oom_retry``)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ event loop); a Model being deleted runs ``Bridge.deleting`` there and kopf then 
 (``kopf_error``, the operator edge of ``flexinfer.core.errors``): a permanent error (an invalid resource or
 setting: retrying cannot help) is not retried, so the finalizer is released; anything else is temporary
 and retried after ``RETRY_DELAY`` seconds, at most ``RETRIES`` times. kopf runs standalone (leader election
-is our own Lease), posts no handler logs as Events, and keeps its bookkeeping in ``flexinfer.ai/``-prefixed annotations.
+is our own Lease), posts no handler logs as Events, and keeps its bookkeeping (a deletion handler's retries) in
+``flexinfer.ai/``-prefixed annotations. It keeps no diff base (``NoDiffBase``): the manager has no create, update or
+resume handlers, so kopf writes nothing on a Model but the finalizer.
 
 kopf runs in its own thread and event loop (``OperatorThread``): on exit kopf cancels every task its
 loop started after it, so it must not share a loop with the manager's workers and HTTP servers.
@@ -21,7 +23,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import kopf
@@ -69,6 +71,23 @@ def kopf_error(error: Exception) -> kopf.PermanentError | kopf.TemporaryError:
     return kopf.TemporaryError(message, delay=RETRY_DELAY)
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf's diff base for a registry without create, update or resume handlers: every object counts as handled
+    and unchanged. kopf's default stores each object's last handled spec in an annotation (one more patch per
+    Model, and one more watch event) and deep-copies every watched body to compare it; the manager reconciles
+    from its own store and needs neither. Deletion handlers do not depend on it (a deletion is the
+    ``deletionTimestamp``)."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return kopf.BodyEssence()
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 class Bridge(Protocol):
     """The manager side of the handlers; ``event`` must be thread-safe."""
 
@@ -78,14 +97,13 @@ class Bridge(Protocol):
 
 
 def operator_settings(settings: kopf.OperatorSettings | None = None) -> kopf.OperatorSettings:
-    """Standalone, quiet, FlexInfer's finalizer and annotation prefix."""
+    """Standalone, quiet, FlexInfer's finalizer and annotation prefix, no diff base (``NoDiffBase``)."""
     settings = settings or kopf.OperatorSettings()
     settings.peering.standalone = True
     settings.posting.enabled = False
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     return settings

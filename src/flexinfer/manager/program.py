@@ -26,6 +26,8 @@ from flexinfer.manager.connection import connection_info
 from flexinfer.manager.http import HttpServer, health_app, metrics_app, parse_bind_address
 from flexinfer.manager.leader import LeaderElector
 from flexinfer.manager.operator import OperatorThread, build_registry, operator_settings
+from flexinfer.manager.own_writes import counting
+from flexinfer.manager.patch_session import PatchSession
 from flexinfer.manager.ports import Exposition, ReconcileScope
 from flexinfer.manager.queue import ReconcileQueue
 from flexinfer.manager.reconciler import Reconciler
@@ -55,7 +57,8 @@ class Manager:
                  sink: LifecycleObserver, scope: ReconcileScope) -> None:
         self.config, self._kubeconfig, self._exposition = config, kubeconfig, exposition
         self.client = AsyncClient(kubeconfig, field_manager=FIELD_MANAGER)
-        self.api = KubeApi(self.client)
+        self.patches = PatchSession(lambda: connection_info(kubeconfig))
+        self.api = KubeApi(self.client, self.patches)
         self.store = Store()
         self.queue: ReconcileQueue[Unit] = ReconcileQueue(self._reconcile, workers=config.workers)
         self.reconciler = Reconciler(self.api, self.store, config.defaults, config.policy, sink=sink, scope=scope,
@@ -102,8 +105,9 @@ class Manager:
 
     # ---------------------------------------------------------------- reconcile plumbing
 
-    async def _reconcile(self, unit: Unit) -> None:
-        await self.reconciler.reconcile(unit)
+    async def _reconcile(self, unit: Unit) -> bool:
+        """One pass; whether it wrote (the queue then runs it once more)."""
+        return await counting(self.reconciler.reconcile(unit)) > 0
 
     def _wake(self, unit: Unit, when: datetime) -> None:
         loop = asyncio.get_running_loop()
@@ -196,8 +200,10 @@ class Manager:
             self._operator.on_exit = None
             await self._operator.stop()
         await self.queue.stop()
+        await self.reconciler.prober.close()
         if self.leading:
             await self.elector.release()
         for server in servers:
             await server.stop()
+        await self.patches.close()
         await self.client.close()

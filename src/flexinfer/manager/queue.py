@@ -1,6 +1,9 @@
 """The reconcile queue: coalesces requests per unit, runs each unit single-writer, wakes units on timers.
 
-``add(unit)`` while the unit waits is a no-op; while it runs, it runs once more afterwards. A pool of
+``add(unit)`` while the unit waits is a no-op; while it runs, it runs once more afterwards. So does a unit whose
+handler reports that it wrote (returns True): a pass decides from what it finds and its writes are the next
+pass's facts (a member scaled to zero lets the next one start), so the follow-up pass does not hang on the watch
+echoing those writes, which the store ignores (the same version again). A pool of
 workers serves different units concurrently (a shared group is one unit, so its decisions are never
 made by two workers at once). ``wake_at(unit, when)`` keeps only the earliest timer per unit. A failing
 reconcile is retried with exponential backoff (1 s doubling to 60 s); that is the only other requeue.
@@ -24,7 +27,7 @@ RETRY_MAX_S = 60.0
 class ReconcileQueue(Generic[U]):
     """See the module docstring. ``handler`` raising counts as a failure (logged, retried)."""
 
-    def __init__(self, handler: Callable[[U], Awaitable[None]], workers: int = 4) -> None:
+    def __init__(self, handler: Callable[[U], Awaitable[bool | None]], workers: int = 4) -> None:
         self._handler = handler
         self._workers = workers
         self._ready: deque[U] = deque()
@@ -96,19 +99,21 @@ class ReconcileQueue(Generic[U]):
         while True:
             unit = await self._next()
             self._running.add(unit)
+            wrote = False
             try:
-                await self._run(unit)
+                wrote = await self._run(unit)
             finally:
                 self._running.discard(unit)
-                if unit in self._dirty:
+                if unit in self._dirty or wrote:
                     self._dirty.discard(unit)
                     self.add(unit)
                 if not self._ready and not self._running:
                     self._idle.set()
 
-    async def _run(self, unit: U) -> None:
+    async def _run(self, unit: U) -> bool:
+        """Run the handler; whether it wrote (False when it failed: the retry timer runs it again)."""
         try:
-            await self._handler(unit)
+            wrote = await self._handler(unit)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a failed reconcile must not kill the worker
@@ -117,7 +122,8 @@ class ReconcileQueue(Generic[U]):
             delay = min(RETRY_FIRST_S * 2 ** (count - 1), RETRY_MAX_S)
             log.warning("reconcile %s failed (attempt %d, retry in %.0fs): %s", unit, count, delay, error)
             self.wake_at(unit, asyncio.get_running_loop().time() + delay)
-        else:
-            self._failures.pop(unit, None)
+            return False
         finally:
             self.processed += 1
+        self._failures.pop(unit, None)
+        return bool(wrote)

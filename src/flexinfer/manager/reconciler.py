@@ -32,21 +32,14 @@ from flexinfer.api.model import Model
 from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.model_status.plan import ManagerPolicy
-from flexinfer.core.unit_plan import (
-    CacheProblem,
-    IgnoredFields,
-    MemberAction,
-    Preemption,
-    Rejection,
-    StoredModel,
-    UnitFacts,
-    UnitPlan,
-    plan_unit,
-)
+from flexinfer.core.unit_actions import IgnoredFields, MemberAction, Preemption, Rejection, UnitPlan
+from flexinfer.core.unit_facts import CacheProblem, StoredModel, UnitFacts
+from flexinfer.core.unit_plan import plan_unit
 from flexinfer.manager.applier import Applier
 from flexinfer.manager.client import KubeApi
 from flexinfer.manager.lifecycle import LifecycleTracker, PassFacts
 from flexinfer.manager.memory_report import MemoryReport
+from flexinfer.manager.pod_prober import PodProber
 from flexinfer.manager.ports import ReconcileScope
 from flexinfer.manager.store import Store, Unit
 from flexinfer.runtime.observer import LifecycleObserver
@@ -73,12 +66,16 @@ class Reconciler:
         self.applier = Applier(api, store)
         self.lifecycle = LifecycleTracker(sink)
         self.memory = MemoryReport()
+        self.prober: PodProber[Unit] = PodProber(lambda unit: wake(unit, clock()), clock)
         self._bad_markers: dict[str, str] = {}
         self._reported_ignored: dict[str, str] = {}
 
     async def reconcile(self, unit: Unit) -> None:
         now = self._clock()
-        plan = plan_unit(self.facts(unit, now), self._defaults, self._policy)
+        facts = self.facts(unit, now)
+        if self._policy.pod_endpoints:
+            self.prober.track(unit, (p for bodies in facts.pods.values() for p in bodies))
+        plan = plan_unit(facts, self._defaults, self._policy)
         await self._execute(plan)
         if unit.group:
             self._record_memory(unit, plan)
@@ -92,7 +89,8 @@ class Reconciler:
             self._wake(unit, plan.wake)
 
     def _record_memory(self, unit: Unit, plan: UnitPlan) -> None:
-        """The group's memory figures for ``/metrics``; each member evicted for room counted once."""
+        """The group's memory figures for ``/metrics``; each member evicted (for room, or after another's start ran
+        out of memory) counted once."""
         self.memory.record(unit.namespace, unit.name, plan.election)
         memory = plan.election.memory if plan.election is not None else None
         if memory is None:
@@ -100,6 +98,8 @@ class Reconciler:
         for preemption in plan.preemptions:
             if preemption.model.name in memory.evicted:
                 self.memory.evicted(unit.namespace, unit.name)
+            elif preemption.model.name in memory.evicted_for_oom:
+                self.memory.evicted(unit.namespace, unit.name, "out_of_memory")
 
     def facts(self, unit: Unit, now: datetime, reports: Sequence[ModelDemand] | None = None) -> UnitFacts:
         """The unit's facts from the store (the proxies' reports from ``reports`` when given)."""
@@ -110,6 +110,7 @@ class Reconciler:
         return UnitFacts(
             now=now, models=[StoredModel(p.body, p.model, p.error, p.ignored) for p in parsed],
             deployments=deployments, pods=pods, ready_seen=self._ready_seen(ns, deployments, pods),
+            answered=self.prober.answered(p for bodies in pods.values() for p in bodies),
             pods_gone_at={n: gone for n in names if (gone := self._store.pods_gone_at(ns, n)) is not None},
             reports=self._store.demands(ns) if reports is None else reports, caches=self._store.caches(ns),
             cache_problems=[CacheProblem(*c) for c in self._store.cache_problems(ns)],
@@ -136,6 +137,10 @@ class Reconciler:
                             key, WAITING_SINCE_ANNOTATION, text)
         for preemption in plan.preemptions:
             await self._preempt(preemption)
+        for namespace, pod in plan.reap:
+            if await self._api.delete_pod_now(namespace, pod):
+                log.info("pod %s/%s: its containers have exited; deleted now so the GPU goes to the next model",
+                         namespace, pod)
         for action in plan.members:
             if action.model.name in draining and action.busy:
                 log.info("model %s drains in-flight requests of %s", action.model.key, ", ".join(action.busy))

@@ -4,13 +4,15 @@ Includes the proxies' ``ModelDemand`` reports: a changed report affects the unit
 
 Fed by the kopf event handlers (``flexinfer.manager.operator``) and by the reconciler's own write responses
 (so a reconcile right after a write never acts on the older body); bodies carrying an older
-``resourceVersion`` than the stored one are ignored. Each update returns the reconcile ``Unit``s it
-affects. Reconciles read only from here: no API read per reconcile. Models and ModelCaches are parsed with
-``parse_stored``: a quantity or duration stored before the CRD's pattern existed is ignored (and listed in
-``ignored`` for the reconciler to report) instead of discarding the whole object. It also remembers when the last
-pod of each model was deleted (``pods_gone_at``): a device released a moment ago may not be rebound yet, and
-when its watch showed a pod or Deployment turn Ready live (``ready_seen``, ``flexinfer.manager.ready_watch``):
-``put`` takes the moment the watch delivered a body (``seen``; ``None`` for listings and the manager's own writes).
+``resourceVersion`` than the stored one, or the same one again, are ignored. Each update returns the reconcile
+``Unit``s it affects: none for a Model changed only in fields no pass reads (``BOOKKEEPING``: kopf adding its
+finalizer), whose new body is kept without a new parse. Reconciles read only from here: no API read per
+reconcile. Models and ModelCaches are parsed with ``parse_stored``: a quantity or duration stored before the CRD's
+pattern existed is ignored (and listed in ``ignored`` for the reconciler to report) instead of discarding the whole
+object. It also remembers when the last pod of each model was deleted (``pods_gone_at``): a device released a
+moment ago may not be rebound yet, and when its watch showed a pod or Deployment turn Ready live (``ready_seen``,
+``flexinfer.manager.ready_watch``): ``put`` takes the moment the watch delivered a body (``seen``; ``None`` for
+listings and the manager's own writes).
 
 A pass reads only its unit's objects: ModelCaches and ModelDemands are kept per namespace, GPULeases per
 (namespace, group), each parsed once when stored, so what the store holds elsewhere costs a pass nothing
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -80,6 +82,13 @@ def key_of(body: Body) -> Key:
 def _rv(body: Body | None) -> int | None:
     text = str(((body or {}).get("metadata") or {}).get("resourceVersion") or "")
     return int(text) if text.isdigit() else None
+
+
+def _stale(body: Body, stored: Body | None) -> bool:
+    """Whether ``body`` is older than the stored version, or that same version again (a watch event echoing the
+    response of the manager's own write, a listing of what the snapshot holds)."""
+    new, old = _rv(body) or 0, _rv(stored) or 0
+    return new < old or 0 < new == old
 
 
 def _group_of(body: Body) -> str | None:
@@ -157,7 +166,10 @@ class Store:
     def _put_model(self, body: Body) -> list[Unit]:
         key = key_of(body)
         old = self._models.get(key)
-        if old is not None and (_rv(body) or 0) < (_rv(old.body) or 0):
+        if old is not None and _stale(body, old.body):
+            return []
+        if old is not None and _rv(body) is not None and _same_but_bookkeeping(old.body, body):
+            self._models[key] = replace(old, body=body)
             return []
         units = self._unindex(key)
         self._models[key] = _parse(body)
@@ -187,7 +199,7 @@ class Store:
 
     def _put_deployment(self, body: Body) -> list[Unit]:
         key = key_of(body)
-        if (_rv(body) or 0) < (_rv(self._deployments.get(key)) or 0):
+        if _stale(body, self._deployments.get(key)):
             return []
         self._deployments[key] = body
         return self._model_units(key[0], key[1])
@@ -199,7 +211,7 @@ class Store:
 
     def _put_service(self, body: Body) -> list[Unit]:
         key = key_of(body)
-        if (_rv(body) or 0) < (_rv(self._services.get(key)) or 0):
+        if _stale(body, self._services.get(key)):
             return []
         self._services[key] = body
         return self._model_units(*key)
@@ -350,6 +362,20 @@ class Store:
 
     def model_count(self) -> int:
         return len(self._models)
+
+
+BOOKKEEPING = frozenset({"resourceVersion", "finalizers", "managedFields"})
+"""Fields of a Model's ``metadata`` that no pass reads: a change of these alone (kopf adding its finalizer) needs
+neither a new parse nor a reconcile."""
+
+
+def _same_but_bookkeeping(old: Body, new: Body) -> bool:
+    """Whether the two bodies of a Model differ at most in ``BOOKKEEPING`` fields."""
+    if old.keys() != new.keys() or any(old[k] != new[k] for k in old if k != "metadata"):
+        return False
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    keys = (before.keys() | after.keys()) - BOOKKEEPING
+    return all(before.get(k) == after.get(k) for k in keys)
 
 
 def _slim(body: Body) -> Body:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from aiohttp import web
 
@@ -62,8 +63,8 @@ def model_row(state: ModelState) -> dict[str, object]:
 
 
 def catalog_states(catalog: Catalog, snapshot: Callable[[], list[ModelState]]) -> Callable[[], list[ModelState]]:
-    """Model states for the cluster proxy: identity, group and phase from the catalog (the Models' status),
-    queue depth and in-flight counts from the proxy's own dispatcher (which runs every model ungrouped)."""
+    """Model states for the cluster proxy: identity, group, phase and memory need from the catalog (the Models'
+    status), queue depth and in-flight counts from the proxy's own dispatcher (which runs every model ungrouped)."""
 
     def states() -> list[ModelState]:
         local = {s.key: s for s in snapshot()}
@@ -74,10 +75,18 @@ def catalog_states(catalog: Catalog, snapshot: Callable[[], list[ModelState]]) -
                 key=view.key, name=view.name, namespace=view.namespace, group=view.group, priority=view.priority,
                 phase=view.phase, queue_depth=mine.queue_depth if mine else 0,
                 in_flight=mine.in_flight if mine else 0, endpoint=None, last_swap_age=None,
-                draining=mine.draining if mine else False))
+                draining=mine.draining if mine else False, **_need(view.metadata)))
         return out
 
     return states
+
+
+def _need(metadata: Mapping[str, object]) -> dict[str, Any]:
+    """``need_mib``/``need_source`` of a catalog view that carries them (a member of a group that packs by memory)."""
+    mib, source = metadata.get("need_mib"), metadata.get("need_source")
+    if not isinstance(mib, int | float) or not isinstance(source, str):
+        return {}
+    return {"need_mib": float(mib), "need_source": source}
 
 
 def group_holders(states: Sequence[ModelState]) -> dict[str, str | None]:
@@ -105,7 +114,8 @@ class StatusPage:
     logs: LogTail | None = None
     """``(model key, lines) -> lines or None``; ``None`` where the proxy cannot see server output."""
     memory: Callable[[], list[dict[str, object]]] | None = None
-    """The groups that pack by memory (``Dispatcher.memory_report``); ``None``: none here."""
+    """The groups that pack by memory (``Dispatcher.memory_report``; in cluster mode
+    ``flexinfer.cluster_proxy.memory_groups``, without evictions); ``None``: none here."""
 
     def routes(self) -> list[web.RouteDef]:
         return [

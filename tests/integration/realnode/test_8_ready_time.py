@@ -1,18 +1,18 @@
-"""Journey step 8: the manager's cold-start samples end when the pod turned Ready, to 50 ms, and a server that
-dies and is restarted in place is one more sample (issue #25, items 2 and 3).
+"""Journey step 8: the manager's cold-start samples end when the server answered, and a server that dies and is
+restarted in place is one more sample (issue #25, items 2 and 3; issue #28, Ready without probe periods).
 
 A pinned llama.cpp Model (`serverless.enabled: false`: the manager starts it at once and keeps its replica)
 cold-starts; this test watches the API itself (`ApiWatch`: Deployment, Pod and Model changes as they arrive) and
-reads the model server's own log (`kubectl logs --timestamps`: containerd's time of each line). Its truth for
-Ready is the arrival of the pod's `Ready` transition on this test's own watch (the kubelet writes it as the
-readiness probe passes); the manager's sample — `status.activation.decidedAt` plus the histogram's value — must
-end within 50 ms of it (it used to be the condition's whole second, off by up to 0.5 s, or the later reconcile
-that saw the Deployment). The server's own log brackets it: not before the line that says it serves, not later
-than the probe periods after that.
+reads the model server's own log (`kubectl logs --timestamps`: containerd's time of each line). The manager asks
+the starting pod's server itself (every 0.1 s), so its sample — `status.activation.decidedAt` plus the
+histogram's value — ends when the server first answered: not before the log line that says it serves, at most
+`ANSWER_S` after it (or after the pod showed its container running, which the kubelet reports up to a second
+late), and never later than the pod's `Ready` transition as this test's watch saw it (the kubelet
+writes that at its next probe, up to a probe period later; the sample used to end there).
 
 Then the server is killed in its container (SIGTERM to PID 1; the kubelet restarts the container, the pod and
 its replica stay): the Model goes Ready → Loading → Ready, and the manager records one more cold-start sample,
-from the moment it saw the model go to the pod's Ready again (within 50 ms), its stages adding up to it. It used
+from the moment it saw the model go to when the restarted server answered, its stages adding up to it. It used
 to record nothing.
 """
 
@@ -42,7 +42,10 @@ spec:
   resources: {{requests: {{cpu: 50m, memory: 64Mi}}, limits: {{memory: 1Gi}}}}
 """
 TRUTH_S = 0.05
-"""How far the manager's Ready instant may be from the pod's Ready transition as this test's watch saw it."""
+"""Clock slack between this test's watch, containerd's log stamps and the manager."""
+ANSWER_S = 0.5
+"""Longest time from the server saying it serves, and the pod showing its container running, to the manager's
+answered health request: one 0.1 s interval, the request, and a loaded 2-core machine's scheduling."""
 PROBES_S = STARTUP_PROBE_PERIOD_S + READINESS_PROBE_PERIOD_S + 1.0
 """Longest time from the server saying it serves to the kubelet's Ready: a startup probe period, a readiness
 period (the kubelet may wait one after the startup probe passes), and a second for the kubelet's status write."""
@@ -103,11 +106,20 @@ def the_pod(node: RealNode) -> dict[str, Any]:
 
 
 def serving_since(node: RealNode, pod: str) -> datetime:
-    """When the model server's current container logged that it serves (containerd's timestamp of the line)."""
+    """When the model server's current container logged that it serves (containerd's timestamp of the last such
+    line: llama-server says its HTTP server "is listening" before it loads the model, then again once it serves)."""
     lines = node.kubectl("logs", pod, "-c", "model", "-n", NAMESPACE, "--timestamps").stdout.splitlines()
     stamps = [line.split(" ", 1)[0] for line in lines if any(word in line for word in SERVING_LINES)]
     assert stamps, f"the model server never said it serves; its log ends: {lines[-10:]}"
-    return datetime.fromisoformat(stamps[0])
+    return datetime.fromisoformat(stamps[-1])
+
+
+def container_running(pod: dict[str, Any], restarts: int | None = None) -> bool:
+    """The pod shows its model container running (the kubelet reports it up to a second after it started), in its
+    ``restarts``-th run when given."""
+    return any(c["name"] == "model" and "running" in c.get("state", {})
+               and (restarts is None or c.get("restartCount") == restarts)
+               for c in pod["status"].get("containerStatuses", []))
 
 
 def manager_samples(node: RealNode) -> dict[tuple[str, str], float]:
@@ -129,17 +141,24 @@ def test_a_cold_start_ends_within_50ms_of_the_pod_turning_ready(node: RealNode, 
     wait_for(lambda: phase(node) == "Ready", 240, f"{MODEL} Ready")
     wait_for(lambda: sample_count(node) == 1, 30, "the manager's cold-start sample")
     decided = decided_after(watch, began)
-    ready_seen = ready_again(watch, began)  # the pod is created not Ready
+    # The pod is created not Ready; the kubelet's Ready comes at its next probe, after the manager's.
+    wait_for(lambda: ready_again(watch, began) is not None, 30, "the kubelet's pod Ready on the watch")
+    ready_seen = ready_again(watch, began)
     assert decided is not None and ready_seen is not None
     truth = clock.wall(ready_seen)
     took = manager_samples(node)[(f"{COLD}_sum", "")]
     ready = decided + timedelta(seconds=took)
-    record("cold start decision -> pod Ready (watched)", (truth - decided).total_seconds())
-    record("cold start: manager's Ready - watched Ready (ms)", (ready - truth).total_seconds() * 1000)
-    assert abs((ready - truth).total_seconds()) <= TRUTH_S, (ready, truth)
     serving = serving_since(node, the_pod(node)["metadata"]["name"])
+    runs = watch.first(began, "Pod", MODEL, container_running)
+    assert runs is not None
+    asked = max(serving, clock.wall(runs))  # the manager asks once the pod shows its container running
+    record("cold start decision -> pod Ready (watched)", (truth - decided).total_seconds())
+    record("cold start: manager's Ready - server serving (ms)", (ready - serving).total_seconds() * 1000)
+    record("cold start: watched pod Ready - manager's Ready (ms)", (truth - ready).total_seconds() * 1000)
     slack = timedelta(seconds=TRUTH_S)  # containerd stamps a line when it reads it from the server's pipe
-    assert serving - slack <= ready <= serving + timedelta(seconds=PROBES_S), (serving, ready)
+    assert serving - slack <= ready <= asked + timedelta(seconds=ANSWER_S), (serving, asked, ready)
+    assert ready <= truth + slack, ("the manager's Ready came after the kubelet's", ready, truth)
+    assert truth <= serving + timedelta(seconds=PROBES_S), (serving, truth)
 
 
 def test_a_server_killed_and_restarted_in_place_is_one_more_cold_start_sample(node: RealNode,
@@ -158,6 +177,7 @@ def test_a_server_killed_and_restarted_in_place_is_one_more_cold_start_sample(no
     assert after["metadata"]["name"] == name, "restarted in place: the same pod, its replica kept"
     assert after["status"]["containerStatuses"][0]["restartCount"] == restarts + 1
     decided = decided_after(watch, killed)
+    wait_for(lambda: ready_again(watch, killed) is not None, 30, "the kubelet's pod Ready on the watch")
     ready_seen = ready_again(watch, killed)
     assert decided is not None and ready_seen is not None
     assert clock.wall(killed) <= decided <= clock.wall(killed) + timedelta(seconds=10), "decided as it was seen"
@@ -165,10 +185,14 @@ def test_a_server_killed_and_restarted_in_place_is_one_more_cold_start_sample(no
     took = samples[(f"{COLD}_sum", "")] - before[(f"{COLD}_sum", "")]
     ready, truth = decided + timedelta(seconds=took), clock.wall(ready_seen)
     record("restart: seen going -> pod Ready (watched)", (truth - decided).total_seconds())
-    record("restart: manager's Ready - watched Ready (ms)", (ready - truth).total_seconds() * 1000)
-    assert abs((ready - truth).total_seconds()) <= TRUTH_S, (ready, truth)
     stages = {stage: value - before.get((name_, stage), 0.0) for (name_, stage), value in samples.items()
               if name_ == f"{STAGE}_sum"}
     assert sum(stages.values()) == pytest.approx(took, abs=0.002), stages
-    serving = serving_since(node, name)
-    assert serving - timedelta(seconds=TRUTH_S) <= ready <= serving + timedelta(seconds=PROBES_S), (serving, ready)
+    serving = max(serving_since(node, name), clock.wall(killed))
+    runs = watch.first(killed, "Pod", MODEL, lambda pod: container_running(pod, restarts + 1))
+    assert runs is not None
+    asked = max(serving, clock.wall(runs))
+    record("restart: manager's Ready - server serving (ms)", (ready - serving).total_seconds() * 1000)
+    slack = timedelta(seconds=TRUTH_S)
+    assert serving - slack <= ready <= asked + timedelta(seconds=ANSWER_S), (serving, asked, ready)
+    assert ready <= truth + slack, ("the manager's Ready came after the kubelet's", ready, truth)

@@ -88,7 +88,8 @@ def test_names_short_names_status_and_columns() -> None:
     assert columns == [
         ("Backend", ".spec.backend", 0), ("Phase", ".status.phase", 0),
         ("Reason", '.status.conditions[?(@.type=="Ready")].reason', 0), ("Shared", ".spec.gpu.shared", 1),
-        ("Priority", ".spec.gpu.priority", 1), ("TPS", ".status.metrics.tokensPerSecond", 0),
+        ("Priority", ".spec.gpu.priority", 1), ("NeedMiB", ".status.sharedGroup.memoryNeedMiB", 0),
+        ("NeedSource", ".status.sharedGroup.memoryNeedSource", 1), ("TPS", ".status.metrics.tokensPerSecond", 0),
         ("Age", ".metadata.creationTimestamp", 0), ("Message", ".status.message", 0),
     ]
     assert by_kind["ModelCache"]["spec"]["versions"][0]["name"] == "v1alpha1"
@@ -109,7 +110,8 @@ def test_printer_columns_point_at_fields_in_the_schema() -> None:
                 node = node["properties"][part]
                 node = node.get("items", node)  # a filtered list: the field of its items
             else:
-                expected = {"date": "string", "integer": "integer", "string": "string"}[column["type"]]
+                types = {"date": "string", "integer": "integer", "number": "number", "string": "string"}
+                expected = types[column["type"]]
                 assert node["type"] == expected, column
 
 

@@ -133,6 +133,7 @@ def test_default_manager_env_is_exact(default_docs: list[dict[str, Any]]) -> Non
         "DEFAULT_FLASH_LOADER_IMAGE": IMAGE,
         "DEFAULT_FLASH_LOADER_CONCURRENCY": "4",
         **LOG_ENV,
+        "FLEXINFER_POD_ENDPOINTS": "true",
     }
 
 
@@ -148,6 +149,7 @@ def test_seed_command_renders_flash_loader_and_tracing_on_manager(seed_docs: lis
         "FLEXINFER_OTEL_ENABLED": "true",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
         **LOG_ENV,
+        "FLEXINFER_POD_ENDPOINTS": "true",
     }
 
 

@@ -189,6 +189,19 @@ async def test_endpoint_override_is_used_only_when_enabled() -> None:
         assert await c.engine(override=True).start(c.model(), Stages()) == Endpoint("http://127.0.0.1:9")
 
 
+async def test_a_ready_models_pod_endpoint_is_where_requests_go_and_the_override_still_wins() -> None:
+    """Issue #28: the manager publishes the Ready model's one pod (``status.podEndpoint``); the proxy forwards
+    there instead of to the Service, whose endpoint kube-proxy programs only about a second later."""
+    doc = model_body("m", phase="Ready", annotations={ENDPOINT_OVERRIDE_ANNOTATION: "http://127.0.0.1:9"})
+    doc["status"].update(endpoint="http://m.default.svc:8000", podEndpoint="http://10.88.0.7:8000")
+    async with cluster(doc) as c:
+        assert await c.engine(override=False).start(c.model(), Stages()) == Endpoint("http://10.88.0.7:8000")
+        assert await c.engine(override=True).start(c.model(), Stages()) == Endpoint("http://127.0.0.1:9")
+        await c.api.set_status("m", {"podEndpoint": None})
+        await c.seen(lambda _: c.model().status.pod_endpoint is None)
+        assert await c.engine(override=False).start(c.model(), Stages()) == Endpoint("http://m.default.svc:8000")
+
+
 async def test_failed_is_an_engine_error_with_the_status_message() -> None:
     async with cluster(model_body("m", phase="Pending")) as c:
         start = asyncio.create_task(c.engine().start(c.model(), Stages()))

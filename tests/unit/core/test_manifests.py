@@ -171,7 +171,7 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
     assert container(deployment)["resources"] == {"limits": {"cpu": "2"}}
     assert container(deployment)["image"] == "ghcr.io/ggml-org/llama.cpp:server"
     assert container(deployment)["args"] == ["--model", "/m/tiny.gguf", "--host", "0.0.0.0", "--port", "8080",
-                                             "--alias", "m", "--parallel", "1"]
+                                             "--alias", "m", "--verbosity", "4", "--parallel", "1"]
 
 
 @pytest.mark.parametrize(("backend", "config", "expected"), [
@@ -186,7 +186,8 @@ def test_cpu_pod_has_no_gpu_settings() -> None:
 def test_server_is_told_its_parallel_capacity(backend: str, config: dict[str, Any], expected: list[str]) -> None:
     """The same capacity the arbiter enforces (``Slot.capacity``) reaches the server's command line."""
     args = container(render(backend=backend, source="file:///m/x.gguf", config=config)[0])["args"]
-    assert args[8:] == expected  # after --model, --host, --port and the served name
+    logged = 2 if backend == "llamacpp" else 0  # llama.cpp's --verbosity 4 (its buffer sizes) comes first
+    assert args[8 + logged:] == expected  # after --model, --host, --port, the served name and the log level
 
 
 @pytest.mark.parametrize("config", [{"parallel": 0}, {"parallel": "two"}, {"parallel": 2, "args": ["--parallel", "3"]},

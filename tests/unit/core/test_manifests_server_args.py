@@ -87,3 +87,17 @@ class _LlamaServerInstalled:
 
     def has_module(self, name: str) -> bool:
         return False
+
+
+def test_llama_server_logs_its_buffer_sizes_in_both_engines_and_config_args_can_lower_it() -> None:
+    """``--verbosity 4``: the level at which llama.cpp logs what it allocated, which the manager reads once the
+    server is Ready (``core.measured_memory``), as the local engine does; ``spec.config.args`` come later."""
+    model = make_model("tiny-a", backend="llamacpp", source="file:///w/tiny-a.gguf")
+    args = args_of(model)
+    local = plan_launch(model, "/w/tiny-a.gguf", 9000, "127.0.0.1", _LlamaServerInstalled()).argv
+    assert value_after(args, "--verbosity") == value_after(local, "--verbosity") == "4"
+    assert args.index("--verbosity") == args.index("--alias") + 2
+    quiet = args_of(make_model("tiny-a", backend="llamacpp", source="file:///w/tiny-a.gguf",
+                               config={"args": ["--verbosity", "3"]}))
+    assert quiet[-2:] == ["--verbosity", "3"] and quiet.count("--verbosity") == 2
+    assert "--verbosity" not in args_of(make_model("tiny-a", backend="vllm", source="HF://org/model"))

@@ -1,6 +1,7 @@
 """The rule that turns a model server's pod into phase Failed (``flexinfer.core.model_status.pod_failure``): what
 counts as terminal (Unschedulable, a failed pull in back-off, a crash loop) and what is a transient that must not
-fail waiting requests (a first ``ErrImagePull``, one crash, a pod waiting for the GPU during its group's swap)."""
+fail waiting requests (a first ``ErrImagePull``, one crash, a pod waiting for the GPU during its group's swap); and
+the out-of-memory signature a group that packs by memory retries once (``out_of_memory_sign``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from flexinfer.core.model_status.pod_failure import (
     PodFailure,
     crash_cause,
     device_held_by_group,
+    out_of_memory_sign,
     pod_failure,
     shown_failure,
 )
@@ -143,3 +145,28 @@ def test_a_stored_status_shows_only_pod_failures() -> None:
     assert shown_failure(status("Failed", "Unschedulable")) == ("Unschedulable", "why")
     assert shown_failure(status("Failed", "ValidationFailed")) is None
     assert shown_failure(status("Loading", "StartingBackend")) is None
+
+
+def ended(reason: str, message: str = "", *, now: bool = False, name: str = "model") -> Body:
+    """A container whose (last) run terminated with ``reason``/``message``."""
+    terminated = {"terminated": {"reason": reason, "exitCode": 137 if reason == "OOMKilled" else 1,
+                                 **({"message": message} if message else {})}}
+    state = terminated if now else {"running": {}}
+    return {"name": name, "ready": False, "restartCount": 1, "state": state, "lastState": {} if now else terminated}
+
+
+def test_an_oom_kill_or_the_backends_out_of_memory_message_is_an_out_of_memory_sign() -> None:
+    killed = out_of_memory_sign(pod(containers=[ended("OOMKilled")]))
+    assert killed is not None and (killed.pod, killed.detail) == ("m-1", "container model OOMKilled, exit code 137")
+    said = out_of_memory_sign(pod(containers=[ended("Error", "ggml_backend_cuda_buffer_type_alloc_buffer: "
+                                                             "failed to allocate buffer", now=True)]))
+    assert said is not None and said.detail == ("container model Error, exit code 1: ggml_backend_cuda_buffer_type_"
+                                                "alloc_buffer: failed to allocate buffer")
+
+
+def test_other_terminations_init_containers_and_deleted_pods_are_not() -> None:
+    assert out_of_memory_sign(pod(containers=[ended("Error", "unknown argument: --bogus")])) is None
+    assert out_of_memory_sign(pod(containers=[], init=[ended("OOMKilled", name="flash-loader")])) is None
+    deleted = pod(containers=[ended("OOMKilled")])
+    deleted["metadata"]["deletionTimestamp"] = "2026-03-01T12:00:00Z"
+    assert out_of_memory_sign(deleted) is None and out_of_memory_sign(None) is None

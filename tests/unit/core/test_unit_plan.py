@@ -14,7 +14,9 @@ from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.model_status.build import merge_diff
 from flexinfer.core.model_status.plan import WAKE_MARGIN, ManagerPolicy
-from flexinfer.core.unit_plan import LogRead, StoredModel, UnitFacts, UnitPlan, plan_unit
+from flexinfer.core.unit_actions import LogRead, UnitPlan
+from flexinfer.core.unit_facts import StoredModel, UnitFacts
+from flexinfer.core.unit_plan import plan_unit
 from support.recording_kube import merged
 from support.resource_builders import model_doc
 

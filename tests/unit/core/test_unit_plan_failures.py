@@ -12,7 +12,9 @@ from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.core.model_status.pod_failure import DEVICE_SETTLE
-from flexinfer.core.unit_plan import LogRead, MemberAction, StoredModel, UnitFacts, UnitPlan, plan_unit
+from flexinfer.core.unit_actions import LogRead, MemberAction, UnitPlan
+from flexinfer.core.unit_facts import StoredModel, UnitFacts
+from flexinfer.core.unit_plan import plan_unit
 from support.recording_kube import merged
 from support.resource_builders import model_doc
 

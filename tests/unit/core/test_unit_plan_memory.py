@@ -13,7 +13,9 @@ from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.gpu_profiles import GPUProfile
 from flexinfer.core.model_status.plan import ManagerPolicy
-from flexinfer.core.unit_plan import MemberAction, StoredModel, UnitFacts, UnitPlan, plan_unit
+from flexinfer.core.unit_actions import MemberAction, UnitPlan
+from flexinfer.core.unit_facts import StoredModel, UnitFacts
+from flexinfer.core.unit_plan import plan_unit
 from support.recording_kube import merged
 from support.resource_builders import model_doc
 

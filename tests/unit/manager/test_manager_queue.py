@@ -29,6 +29,27 @@ async def test_requests_coalesce_and_a_running_unit_runs_again_once() -> None:
     await queue.stop()
 
 
+async def test_a_pass_that_wrote_runs_once_more_and_one_that_did_not_only_when_asked() -> None:
+    """A handler reporting writes gets a follow-up pass without any request (the watch's echo of its writes asks
+    for none); one that wrote nothing runs again only when asked meanwhile."""
+    writes = [3, 0, 0]
+    runs: list[int] = []
+
+    async def handler(unit: str) -> bool:
+        runs.append(writes[len(runs)] if len(runs) < len(writes) else 0)
+        return runs[-1] > 0
+
+    queue: ReconcileQueue[str] = ReconcileQueue(handler, workers=2)
+    queue.start()
+    queue.add("a")
+    await asyncio.wait_for(queue.idle(), 2)
+    assert runs == [3, 0], "the pass that wrote, then one follow-up that wrote nothing"
+    queue.add("a")
+    await asyncio.wait_for(queue.idle(), 2)
+    assert runs == [3, 0, 0]
+    await queue.stop()
+
+
 async def test_one_unit_is_never_run_by_two_workers_at_once() -> None:
     running: set[str] = set()
     overlaps = 0

@@ -23,7 +23,7 @@ from flexinfer.api.model import Model, ModelSpec
 from flexinfer.core.arbiter.events import MemoryNeedReported
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.arbiter.state import Slot
-from flexinfer.core.memory_need import MemoryNeed, declared_mib
+from flexinfer.core.memory_need import MemoryNeed, declared_mib, first_known
 
 EVICTION_REASONS = ("make_room", "out_of_memory")
 """Why a resident was evicted: to make room for another model, or after another model's start ran out of memory."""
@@ -87,16 +87,11 @@ class MemoryLedger:
     def need(self, model: Model) -> MemoryNeed:
         """What ``model`` takes of its group's budget (see the module docstring)."""
         measured = self._measured.get(model.key)
-        if measured is not None and (measured.spec is model.spec or measured.spec == model.spec):
-            return MemoryNeed(measured.mib, "measured")
-        declared = declared_mib(model)
-        if declared is not None:
-            return MemoryNeed(declared, "declared")
-        estimated = self._estimated.get(model.key)
-        if estimated is not None:
-            return MemoryNeed(estimated, "estimated")
+        current = measured.mib if measured is not None and (measured.spec is model.spec
+                                                             or measured.spec == model.spec) else None
         group = model.group
-        return MemoryNeed(self.budget(f"{model.namespace}/{group}" if group else None), "unknown")
+        return first_known(current, declared_mib(model), self._estimated.get(model.key),
+                           unknown_mib=self.budget(f"{model.namespace}/{group}" if group else None))
 
     def evicted(self, group: str, reason: str) -> None:
         self.evictions[(group, reason)] = self.evictions.get((group, reason), 0) + 1

@@ -33,7 +33,14 @@ from flexinfer.api.key import ModelKey
 from flexinfer.core.arbiter.memory import MemoryLedger
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.arbiter.state import Slot
-from flexinfer.core.memory_need import MemoryNeed, eviction_cause, out_of_memory, too_large_message
+from flexinfer.core.memory_need import (
+    MemoryNeed,
+    eviction_cause,
+    out_of_memory,
+    out_of_memory_cause,
+    out_of_memory_failure,
+    too_large_message,
+)
 from flexinfer.core.memory_plan import Candidate, Evict, Fits, Resident, TooLarge, plan
 
 
@@ -112,11 +119,9 @@ def out_of_memory_step(slot: Slot, error: str, members: Iterable[Slot], ledger: 
                     and s.drain_until is None)
     if slot.oom_retried or not victims:
         used = sum(ledger.need(s.model).mib for s in residents)
-        return GroupStep(slot, refusal=(
-            f"out of memory starting model {slot.key}: it needs {need.describe()}, GPU group {slot.group} has a "
-            f"budget of {budget:.0f} MiB ({used:.0f} MiB held by other models); {error}"))
-    return GroupStep(slot, evict=victims, cause=f"evicted from GPU group {slot.group}: model {slot.key} ran out "
-                                                f"of memory starting beside it (retrying once)")
+        return GroupStep(slot, refusal=out_of_memory_failure(str(slot.key), need, str(slot.group), budget,
+                                                             held_mib=used, error=error))
+    return GroupStep(slot, evict=victims, cause=out_of_memory_cause(str(slot.key), str(slot.group)))
 
 
 def decision_times(members: Sequence[Slot], policy: ArbiterPolicy) -> list[float]:

@@ -184,13 +184,15 @@ def model_reference(model: Model) -> str:
 def container_args(model: Model, backend: BackendDefaults) -> list[str]:
     """The backend's argument template with ``{model}``/``{port}`` filled in, the name the server answers to
     (``--alias NAME`` for llama.cpp, ``--served-model-name NAME`` for vLLM: the local engine's name, not the
-    path it loads), its parallel capacity (``--parallel N`` for llama.cpp: the number of requests the proxy
-    lets through to it at once; left to ``spec.config.args`` when they set it), then ``spec.config.args``
-    unchanged and last (as the local engine appends them)."""
+    path it loads), the arguments that make it log what it allocates (``--verbosity 4`` for llama.cpp, as
+    locally: ``BackendDefaults.log_args``), its parallel capacity (``--parallel N`` for llama.cpp: the number
+    of requests the proxy lets through to it at once; left to ``spec.config.args`` when they set it), then
+    ``spec.config.args`` unchanged and last (as the local engine appends them)."""
     args = [arg.format(model=model_reference(model), port=backend.port) for arg in backend.args]
     if backend.hf_model_flag and model.spec.source.lower().startswith("hf://"):
         args = [backend.hf_model_flag if arg == "--model" else arg for arg in args]
-    return args + list(served_name_args(model)) + list(parallel_args(model)) + list(config_args(model))
+    return (args + list(served_name_args(model)) + list(backend.log_args) + list(parallel_args(model))
+            + list(config_args(model)))
 
 
 def _container_env(model: Model, inputs: PodInputs, backend: BackendDefaults) -> list[Json]:

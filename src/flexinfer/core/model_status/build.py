@@ -38,7 +38,7 @@ from flexinfer.core.profiles import BACKENDS
 Json = dict[str, Any]
 MESSAGE_LIMIT: Final = 160
 MANAGED_FIELDS: Final = (
-    "phase", "conditions", "loadingSubstage", "message", "loadingProgressAt", "endpoint", "sharedGroup",
+    "phase", "conditions", "loadingSubstage", "message", "loadingProgressAt", "endpoint", "podEndpoint", "sharedGroup",
     "activation", "cache", "observedGeneration", "lastActiveTime", "gpu",
 )
 """Top-level status keys the manager writes; ``metrics`` is left alone, and of ``gpu`` only ``node`` is written

@@ -5,7 +5,8 @@ gate) and the status inputs with the activation record.
 pass preempts the member), then, with the Deployment as stored and the newest pod's loading detail,
 ``finish_member`` (phase, shared-group status and ``status.activation`` for ``build_status``: opened when the
 model is scaled up, or when a Ready model with its replicas kept stops being Ready, ``restarting``).
-A member refused by a group that packs by memory (``refusal_failure``) is ``Failed`` with ``VRAMInsufficient``.
+A member refused by a group that packs by memory (``refusal_failure``) is ``Failed`` with ``VRAMInsufficient``
+(``OutOfMemory`` when its retry after an out-of-memory start failed too).
 ``next_wakeup`` says when a timer must re-reconcile a unit (idle timeout, demand windows, the end of a Ready
 holder's hold, drain deadline, lease expiry, a wait marker crossing the starvation bound) so nothing is polled.
 ``activation_clock`` and ``STAGE_OF_SUBSTAGE`` serve the manager's lifecycle tracker
@@ -38,6 +39,7 @@ from flexinfer.core.election import (
 )
 from flexinfer.core.gpu_profiles import GPUProfile
 from flexinfer.core.lifecycle_clock import Activation
+from flexinfer.core.measured_memory import kept
 from flexinfer.core.model_status.build import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
 from flexinfer.core.model_status.pod_failure import PodFailure
 from flexinfer.core.replicas import desired_replicas, idle_timeout_seconds
@@ -49,6 +51,9 @@ STAGE_OF_SUBSTAGE: Final[dict[str, str]] = {
 WAKE_MARGIN: Final = timedelta(milliseconds=100)
 REASON_VRAM_INSUFFICIENT: Final = "VRAMInsufficient"
 """``Ready`` reason of a member whose memory need exceeds its group's whole budget (Go's reason for a misfit)."""
+REASON_OUT_OF_MEMORY: Final = "OutOfMemory"
+"""``Ready`` reason of a member whose start ran out of memory again after its one retry (``core.oom_retry``)."""
+REFUSALS: Final = frozenset({REASON_VRAM_INSUFFICIENT, REASON_OUT_OF_MEMORY})
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class ManagerPolicy:
     """While a model server runs but is not ready, its log is re-read this often (loading substage)."""
     gpu_profiles: tuple[GPUProfile, ...] = ()
     """``FLEXINFER_GPU_PROFILES``: shared groups on a ``multiModel`` architecture pack by memory."""
+    pod_endpoints: bool = True
+    """``FLEXINFER_POD_ENDPOINTS``: ask a starting pod's server directly and publish a Ready model's one pod as
+    ``status.podEndpoint`` (``flexinfer.core.pod_answer``); off, the kubelet's probes and the Service decide."""
 
 
 @dataclass(frozen=True)
@@ -119,20 +127,34 @@ def _preempted_message(decision: MemberDecision, leader: Model | None) -> str:
 
 def shared_status(model: Model, decision: MemberDecision, now: datetime) -> SharedGroupStatus:
     """``status.sharedGroup`` after the election; ``preemptedAt`` stamped when preempted in this pass; in a group
-    that packs by memory, the member's need and where the figure comes from."""
+    that packs by memory, the member's need and where the figure comes from; the measured record kept while it
+    applies to the model's generation (``measured_memory.kept``)."""
     old = model.status.shared_group
     preempted_at = now if decision.preempt_now else (old.preempted_at if old else None)
-    need = decision.need
+    need, budget = decision.need, decision.budget_mib
     return SharedGroupStatus(group_name=model.group or "", state=decision.state,
                              queue_position=decision.queue_position, preempted_by=decision.preempted_by,
                              preempted_at=preempted_at, memory_need_mib=round(need.mib, 2) if need else None,
-                             memory_need_source=need.source if need else None)
+                             memory_need_source=need.source if need else None,
+                             memory_budget_mib=round(budget, 2) if budget is not None else None,
+                             out_of_memory=decision.out_of_memory,
+                             memory_measured=kept(old, model.metadata.generation))
 
 
 def refusal_failure(inputs: MemberInputs) -> PodFailure | None:
-    """A member whose need exceeds its group's whole memory budget: ``Failed`` with ``VRAMInsufficient``."""
-    refusal = inputs.decision.refusal if inputs.decision is not None else ""
-    return PodFailure(REASON_VRAM_INSUFFICIENT, refusal) if refusal else None
+    """A member whose need exceeds its group's whole memory budget: ``Failed`` with ``VRAMInsufficient``; one
+    whose retry after an out-of-memory start ran out of memory too: ``Failed`` with ``OutOfMemory``."""
+    decision = inputs.decision
+    if decision is None or not decision.refusal:
+        return None
+    oom = decision.out_of_memory is not None and decision.out_of_memory.failure == decision.refusal
+    return PodFailure(REASON_OUT_OF_MEMORY if oom else REASON_VRAM_INSUFFICIENT, decision.refusal)
+
+
+def _wanted(inputs: MemberInputs) -> bool:
+    """Requests are in flight to the model, or one waits for it (its wait marker): it is not idle, however long
+    ago its ``lastActiveTime`` (a winner that waited for the loser's pod to go past its own idle timeout)."""
+    return inputs.busy or waiting_since_of(inputs.model) is not None
 
 
 def plan_member(inputs: MemberInputs, now: datetime, policy: ManagerPolicy) -> MemberPlan:
@@ -140,10 +162,10 @@ def plan_member(inputs: MemberInputs, now: datetime, policy: ManagerPolicy) -> M
     member keeps its replicas while ``inputs.busy``, until ``preemptedAt + drain_timeout``)."""
     model, decision = inputs.model, inputs.decision
     if decision is None or model.group is None:
-        return MemberPlan(desired_replicas(model, now, in_flight=inputs.busy), None)
+        return MemberPlan(desired_replicas(model, now, in_flight=_wanted(inputs)), None)
     shared = shared_status(model, decision, now)
     scoped = model.model_copy(update={"status": model.status.model_copy(update={"shared_group": shared})})
-    plan = MemberPlan(desired_replicas(scoped, now, in_flight=inputs.busy), shared, decision.preempt_now,
+    plan = MemberPlan(desired_replicas(scoped, now, in_flight=_wanted(inputs)), shared, decision.preempt_now,
                       _preempted_message(decision, inputs.leader))
     live = inputs.deployment
     draining = (shared.state == "Preempted" and plan.replicas == 0 and inputs.busy and live is not None
@@ -216,7 +238,7 @@ def finish_member(inputs: MemberInputs, plan: MemberPlan, deployment: Deployment
     if shared is not None and phase == phases.READY and shared.state == "Active":
         shared = shared.model_copy(update={"preempted_at": None})
     failed = failure is not None and (phase in (phases.PENDING, phases.LOADING)
-                                      or (failure.reason == REASON_VRAM_INSUFFICIENT and phase != phases.READY))
+                                      or (failure.reason in REFUSALS and phase != phases.READY))
     if failed:
         phase = phases.FAILED
     return StatusInputs(phase=phase, now=now, loading=loading, shared=shared,

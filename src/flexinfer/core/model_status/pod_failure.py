@@ -18,8 +18,10 @@ newest pod of a Model and names a failure when the pod shows one of these (docs/
 The failure's ``message`` names the cause (``<reason>: <detail>``): the status ``message``, the ``Ready``
 condition, the Warning event and the proxy's 503 all show it. For a crash, ``crash_cause`` picks the line of
 the crashed container's previous log that says why (the manager reads it: ``PodFailure.log_container``).
-``shown_failure`` reads a failure back from a stored status; ``device_held_by_group`` says whether a swap explains
-a pod waiting for the device. Pure; called by ``flexinfer.core.unit_plan`` once per member and pass.
+``out_of_memory_sign`` says whether the server container ended for lack of memory (a group that packs by memory
+then evicts and retries: ``flexinfer.core.oom_retry``). ``shown_failure`` reads a failure back from a stored
+status; ``device_held_by_group`` says whether a swap explains a pod waiting for the device. Pure; called by
+``flexinfer.core.unit_plan`` once per member and pass.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Final
 
 from flexinfer.api.model import ModelStatus
 from flexinfer.core import phases
+from flexinfer.core.memory_need import out_of_memory
 from flexinfer.core.model_status.build import short_message
 
 CRASHES_BEFORE_FAILED: Final = 2
@@ -39,6 +42,8 @@ CRASHES_BEFORE_FAILED: Final = 2
 IMAGE_FAILURES: Final = frozenset({"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
 CONFIG_FAILURES: Final = frozenset({"CreateContainerConfigError"})
 CRASH_LOOP: Final = "CrashLoopBackOff"
+OOM_KILLED: Final = "OOMKilled"
+"""The kubelet's reason for a container the kernel killed for lack of memory."""
 UNSCHEDULABLE: Final = "Unschedulable"
 REASONS: Final = frozenset({*IMAGE_FAILURES, *CONFIG_FAILURES, CRASH_LOOP, UNSCHEDULABLE})
 """Every ``Ready`` condition reason a pod failure can write."""
@@ -156,6 +161,35 @@ def pod_failure(pod: Mapping[str, Any] | None, *, gpu_wait_expected: bool = Fals
     if failure is None and previous is not None and _retrying(pod, previous[0]):
         return PodFailure(*previous)
     return failure
+
+
+@dataclass(frozen=True)
+class OutOfMemorySign:
+    """A model server's container of ``pod`` that ended for lack of memory, and how (``detail``)."""
+
+    pod: str
+    detail: str
+
+
+def out_of_memory_sign(pod: Mapping[str, Any] | None) -> OutOfMemorySign | None:
+    """The newest ``pod``'s server container ran out of memory: it terminated (now, or in its last run) with the
+    kubelet's ``OOMKilled`` (the kernel's OOM kill), or with a reason or termination message the backend's
+    out-of-memory error matches (``flexinfer.core.memory_need.out_of_memory``). Init containers do not count (the
+    flash-loader's copy is not the model's memory). ``None`` for a pod being deleted."""
+    if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    for container, init in _containers(pod):
+        if init:
+            continue
+        for state in (container.get("state") or {}, container.get("lastState") or {}):
+            ended = state.get("terminated") or {}
+            reason, said = str(ended.get("reason") or ""), str(ended.get("message") or "").strip()
+            if reason == OOM_KILLED or (ended and out_of_memory(f"{reason} {said}")):
+                code = f", exit code {ended['exitCode']}" if "exitCode" in ended else ""
+                text = f"container {container.get('name') or 'container'} {reason or 'terminated'}{code}"
+                name = str((pod.get("metadata") or {}).get("name") or "")
+                return OutOfMemorySign(name, short_message(f"{text}: {said}" if said else text))
+    return None
 
 
 def crash_cause(lines: Sequence[str]) -> str | None:

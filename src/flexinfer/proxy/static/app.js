@@ -55,9 +55,10 @@ function mib(x) { return x >= 1024 ? (x / 1024).toFixed(1) + " GiB" : x.toFixed(
 function renderMemory(groups) {
   $("memory").replaceChildren(...(groups || []).map((g) => {
     const used = Math.min(100, 100 * g.used_mib / g.budget_mib), reserved = Math.min(100 - used, 100 * g.reserved_mib / g.budget_mib);
-    const evicted = Object.values(g.evictions || {}).reduce((a, b) => a + b, 0);
+    // The in-cluster proxy does not know the evictions (the manager's /metrics counts them): no "evicted" then.
+    const evicted = g.evictions ? `, ${Object.values(g.evictions).reduce((a, b) => a + b, 0)} evicted` : "";
     const item = el("li", { class: "memory", "data-group": g.group, "data-used": g.used_mib, "data-reserved": g.reserved_mib, "data-budget": g.budget_mib });
-    item.append(el("div", { class: "memory-label" }, `${g.group}: ${mib(g.used_mib)} used, ${mib(g.reserved_mib)} loading, of ${mib(g.budget_mib)} (${g.models.length} running, ${evicted} evicted)`));
+    item.append(el("div", { class: "memory-label" }, `${g.group}: ${mib(g.used_mib)} used, ${mib(g.reserved_mib)} loading, of ${mib(g.budget_mib)} (${g.models.length} running${evicted})`));
     const bar = el("div", { class: "membar", title: g.models.join(", ") || "nothing running" });
     bar.append(el("span", { class: "used", style: `width: ${used}%` }), el("span", { class: "reserved", style: `width: ${reserved}%` }));
     item.append(bar);
