@@ -29,9 +29,10 @@ from flexinfer.observability.logging_config import LogSettings
 ACCESS_LOGGER = "flexinfer.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JSON_FIELDS = ("asctime", "levelname", "name", "message")
-QUIET_LIBRARIES = ("kopf", "aiohttp.access")
+QUIET_LIBRARIES = ("kopf", "aiohttp.access", "httpx", "httpx2")
 """Libraries whose INFO chatter is not ours: kept at WARNING or above whatever the level (aiohttp's own access
-log would duplicate ``flexinfer.access``)."""
+log would duplicate ``flexinfer.access``; lightkube's HTTP client logs every request it sends, two lines every 5 s
+for the leader lease alone)."""
 
 
 class TraceContextFilter(logging.Filter):

@@ -55,6 +55,22 @@ def test_json_lines_and_the_access_switch() -> None:
     assert lines[0]["level"] == "INFO" and lines[0]["logger"] == "flexinfer.test" and "trace_id" not in lines[0]
 
 
+@pytest.mark.parametrize("library", ["kopf", "httpx2", "httpx", "aiohttp.access"])
+def test_a_librarys_info_chatter_stays_out_even_at_debug(library: str) -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger(library).level)
+    try:
+        configure_logging(LogSettings("DEBUG", "text", True), stream)
+        logging.getLogger(library).info('HTTP Request: PUT https://10.96.0.1/leases "HTTP/1.1 200 OK"')
+        logging.getLogger(library).warning("a warning still shows")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger(library).setLevel(saved[2])
+    assert "HTTP Request" not in stream.getvalue() and "a warning still shows" in stream.getvalue()
+
+
 def test_the_cached_time_of_day_formats_every_record_as_the_stock_formatter_does() -> None:
     cached, stock = formatter("text"), logging.Formatter(TEXT_FORMAT)
     for created in (1_700_000_000.001, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25, 1_700_003_600.0):
