@@ -107,6 +107,13 @@ def ready_pod(node: RealNode, model: str) -> dict[str, Any] | None:
     return pod if ready and phase(node, model) == "Ready" else None
 
 
+def settled(node: RealNode, model: str) -> dict[str, Any]:
+    """The model's pod once the kubelet also says it is Ready: the manager asks the server itself, so a reply can
+    come before the kubelet's next probe."""
+    pod: dict[str, Any] = wait_for(lambda: ready_pod(node, model), 30, f"{model}'s pod Ready (the kubelet's probe)")
+    return pod
+
+
 def restarted(node: RealNode, model: str, before: dict[str, Any], what: str) -> dict[str, Any]:
     """The Ready pod of ``model`` that replaced ``before`` (on timeout: the Models, pods and manager log)."""
     try:
@@ -147,8 +154,8 @@ def staged_alone(model: str, file: str = "") -> None:
 def test_turning_it_on_restarts_a_running_shared_model_which_stages_its_own_file(
         node: RealNode, helm: Helm, pair: None) -> None:
     assert ask(node, "flash-a") == "flash-a"
-    before = ready_pod(node, "flash-a")
-    assert before is not None and init_names(before) == []
+    before = settled(node, "flash-a")
+    assert init_names(before) == []
 
     began = time.monotonic()
     run_helm(helm, runbook_command("helm upgrade", "flashLoader.enabled=true"))
@@ -195,8 +202,8 @@ def test_a_model_on_a_shared_claim_stages_only_its_own_file(node: RealNode, pair
 def test_the_backout_restarts_the_running_model_without_the_loader(node: RealNode, helm: Helm, pair: None) -> None:
     # The group's higher-priority member holds the GPU.
     assert ask(node, "flash-b") == "flash-b"
-    before = ready_pod(node, "flash-b")
-    assert before is not None and init_names(before) == ["flash-tmpfs-owner", "flash-loader"]
+    before = settled(node, "flash-b")
+    assert init_names(before) == ["flash-tmpfs-owner", "flash-loader"]
     run_helm(helm, runbook_command("helm upgrade", "flashLoader.enabled=false"))
     after = restarted(node, "flash-b", before, "flash-b restarted without the flash-loader, Ready")
     assert init_names(after) == []
