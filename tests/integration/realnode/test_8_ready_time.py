@@ -123,8 +123,10 @@ def container_running(pod: dict[str, Any], restarts: int | None = None) -> bool:
 
 
 def manager_samples(node: RealNode) -> dict[tuple[str, str], float]:
-    """``(sample name, stage or "")`` → value for MODEL, from the manager pod's /metrics (the host reaches pods)."""
-    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
+    """``(sample name, stage or "")`` → value for MODEL, from the manager pod's /metrics (the host reaches pods; the
+    Ready one: an earlier test's rollout may leave an old manager pod terminating)."""
+    pods = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"]
+    pod = next(p for p in pods if not p["metadata"].get("deletionTimestamp") and pod_ready(p))
     with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
         text = resp.read().decode()
     return {(s.name, s.labels.get("stage", "")): s.value for family in text_string_to_metric_families(text)

@@ -16,6 +16,7 @@ from flexinfer.core.model_status.pod_failure import (
     crash_cause,
     device_held_by_group,
     out_of_memory_sign,
+    own_pod_releasing,
     pod_failure,
     shown_failure,
 )
@@ -132,6 +133,9 @@ def test_the_group_holds_the_device_while_another_member_has_a_pod_or_just_relea
     assert device_held_by_group("a", {"a": [{}], "b": [{}]}, {}, NOW)
     assert not device_held_by_group("a", {"a": [{}], "b": []}, {}, NOW)
     assert not device_held_by_group("a", {"a": [{}]}, {"a": NOW}, NOW), "its own pod does not count"
+    terminating = {"metadata": {"name": "a-old", "deletionTimestamp": "2025-01-01T00:00:00Z"}}
+    assert device_held_by_group("a", {"a": [{}, terminating]}, {}, NOW), "its own old replica, rolled out"
+    assert own_pod_releasing([{}, terminating]) and not own_pod_releasing([{}])
     recent = NOW - timedelta(seconds=DEVICE_SETTLE - 1)
     assert device_held_by_group("a", {"a": [{}], "b": []}, {"b": recent}, NOW)
     settled = NOW - timedelta(seconds=DEVICE_SETTLE)

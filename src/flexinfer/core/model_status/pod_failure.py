@@ -216,7 +216,15 @@ def device_held_by_group(name: str, pods: Mapping[str, Sequence[Any]], gone_at: 
     releasing it), or its last pod went less than ``DEVICE_SETTLE`` ago (``gone_at``)."""
     if any(pods.get(other) for other in pods if other != name):
         return True
+    if own_pod_releasing(pods.get(name, ())):
+        return True
     return any(now - gone < timedelta(seconds=DEVICE_SETTLE) for other, gone in gone_at.items() if other != name)
+
+
+def own_pod_releasing(pods: Sequence[Any]) -> bool:
+    """One of the model's own pods is terminating: a rollout (``maxSurge: 0``) deleted the old replica, whose device
+    the new one waits for (for as long as the kubelet keeps the old pod's object, up to its next status sync)."""
+    return any(((p.get("metadata") or {}).get("deletionTimestamp")) for p in pods)
 
 
 def device_settles_at(gone_at: Mapping[str, datetime], now: datetime) -> datetime | None:
