@@ -86,6 +86,7 @@ from flexinfer.core.model_status.pod_failure import (
     device_settles_at,
     out_of_memory_sign,
     own_pod_releasing,
+    own_replica_replaced,
     pod_failure,
     shown_failure,
 )
@@ -271,7 +272,8 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     model, live, plan = step.inputs.model, step.inputs.deployment, step.plan
     pod = newest_pod(facts.pods.get(model.name, ()))
     held = (device_held_by_group(model.name, facts.pods, facts.pods_gone_at, facts.now) if model.group is not None
-            else own_pod_releasing(facts.pods.get(model.name, ())))
+            else own_pod_releasing(facts.pods.get(model.name, ()))
+            or own_replica_replaced(model.name, facts.pods, facts.pods_gone_at, facts.now))
     found = refusal_failure(step.inputs) or pod_failure(pod, gpu_wait_expected=held,
                                                         previous=shown_failure(step.stored))
     answered = answered_at(pod, facts.answered) if policy.pod_endpoints else None

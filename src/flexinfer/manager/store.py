@@ -233,7 +233,7 @@ class Store:
         namespace, name = key_of(body)
         model = ((body.get("metadata") or {}).get("labels") or {}).get(MODEL_LABEL)
         pods = self._pods.get((namespace, model or ""), {})
-        if pods.pop(name, None) is not None and not pods:
+        if pods.pop(name, None) is not None:
             self._pods_gone[(namespace, model or "")] = self._clock()
         return self._model_units(namespace, model)
 
@@ -340,7 +340,8 @@ class Store:
         return self._ready.seen(kind, namespace, name)
 
     def pods_gone_at(self, namespace: str, model: str) -> datetime | None:
-        """When the last pod of ``model`` was seen deleted (``None``: never, since this process started)."""
+        """When a pod of ``model`` was last seen deleted (``None``: never, since this process started): with none
+        left, its device was released then; with another left, its replica was replaced then."""
         return self._pods_gone.get((namespace, model))
 
     def caches(self, namespace: str) -> list[ModelCache]:

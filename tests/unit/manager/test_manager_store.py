@@ -50,8 +50,9 @@ def test_deployments_and_pods_reconcile_their_model() -> None:
     assert store.put("Deployment", {"metadata": {"name": "orphan", "namespace": "ns"}}) == []
 
 
-def test_the_store_remembers_when_the_last_pod_of_a_model_went() -> None:
-    moments = iter([datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)])
+def test_the_store_remembers_when_a_pod_of_a_model_last_went() -> None:
+    moments = iter([datetime(2025, 12, 31, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC),
+                    datetime(2026, 1, 2, tzinfo=UTC)])
     store = Store(clock=lambda: next(moments))
     store.put("Model", body("a", 1))
     pods = [{"metadata": {"name": f"a-{i}", "namespace": "ns", "labels": {"flexinfer.ai/model": "a"}}} for i in (1, 2)]
@@ -59,7 +60,7 @@ def test_the_store_remembers_when_the_last_pod_of_a_model_went() -> None:
         store.put("Pod", pod)
     assert store.pods_gone_at("ns", "a") is None
     store.remove("Pod", pods[0])
-    assert store.pods_gone_at("ns", "a") is None, "another pod of it still runs"
+    assert store.pods_gone_at("ns", "a") == datetime(2025, 12, 31, tzinfo=UTC), "a replica replaced"
     store.remove("Pod", pods[1])
     assert store.pods_gone_at("ns", "a") == datetime(2026, 1, 1, tzinfo=UTC)
     store.remove("Pod", pods[1])

@@ -216,7 +216,7 @@ def device_held_by_group(name: str, pods: Mapping[str, Sequence[Any]], gone_at: 
     releasing it), or its last pod went less than ``DEVICE_SETTLE`` ago (``gone_at``)."""
     if any(pods.get(other) for other in pods if other != name):
         return True
-    if own_pod_releasing(pods.get(name, ())):
+    if own_pod_releasing(pods.get(name, ())) or own_replica_replaced(name, pods, gone_at, now):
         return True
     return any(now - gone < timedelta(seconds=DEVICE_SETTLE) for other, gone in gone_at.items() if other != name)
 
@@ -225,6 +225,14 @@ def own_pod_releasing(pods: Sequence[Any]) -> bool:
     """One of the model's own pods is terminating: a rollout (``maxSurge: 0``) deleted the old replica, whose device
     the new one waits for (for as long as the kubelet keeps the old pod's object, up to its next status sync)."""
     return any(((p.get("metadata") or {}).get("deletionTimestamp")) for p in pods)
+
+
+def own_replica_replaced(name: str, pods: Mapping[str, Sequence[Any]], gone_at: Mapping[str, datetime],
+                         now: datetime) -> bool:
+    """An old replica of ``name`` went less than ``DEVICE_SETTLE`` ago while it has a new pod: that pod waits out the
+    scheduler's back-off for the device its old replica held."""
+    gone = gone_at.get(name)
+    return bool(pods.get(name)) and gone is not None and now - gone < timedelta(seconds=DEVICE_SETTLE)
 
 
 def device_settles_at(gone_at: Mapping[str, datetime], now: datetime) -> datetime | None:
