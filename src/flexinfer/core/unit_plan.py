@@ -85,8 +85,6 @@ from flexinfer.core.model_status.pod_failure import (
     device_held_by_group,
     device_settles_at,
     out_of_memory_sign,
-    own_pod_releasing,
-    own_replica_replaced,
     pod_failure,
     shown_failure,
 )
@@ -271,9 +269,7 @@ def _action(step: _Step, manifests: tuple[Json, Json], facts: UnitFacts, policy:
     """The member's status from the Deployment as stored and its newest pod (see the module docstring)."""
     model, live, plan = step.inputs.model, step.inputs.deployment, step.plan
     pod = newest_pod(facts.pods.get(model.name, ()))
-    held = (device_held_by_group(model.name, facts.pods, facts.pods_gone_at, facts.now) if model.group is not None
-            else own_pod_releasing(facts.pods.get(model.name, ()))
-            or own_replica_replaced(model.name, facts.pods, facts.pods_gone_at, facts.now))
+    held = device_held_by_group(model.name, facts.pods, facts.pods_gone_at, facts.now, shared=model.group is not None)
     found = refusal_failure(step.inputs) or pod_failure(pod, gpu_wait_expected=held,
                                                         previous=shown_failure(step.stored))
     answered = answered_at(pod, facts.answered) if policy.pod_endpoints else None

@@ -46,7 +46,7 @@ FIELD_MANAGER = "flexinfer"
 COMPONENT = "flexinfer-manager"
 ModelResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
 ModelDemandResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
-_KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease}
+_KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease, "Pod": Pod}
 
 
 def _plain(obj: Any) -> Body:
@@ -101,20 +101,11 @@ class KubeApi:
         newest = max(bound, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""), default=None)
         return str(newest["spec"]["nodeName"]) if newest is not None else ""
 
-    async def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete an object; ``False`` when it was already gone."""
+    async def delete(self, kind: str, namespace: str, name: str, *, grace_period: int | None = None) -> bool:
+        """Delete an object (``grace_period`` 0: a pod whose containers have exited); ``False`` when it was already
+        gone."""
         try:
-            await self.client.delete(_KINDS[kind], name, namespace=namespace)
-        except ApiError as error:
-            if error.status.code == 404:
-                return False
-            raise
-        return True
-
-    async def delete_pod_now(self, namespace: str, name: str) -> bool:
-        """Delete a pod with grace period 0 (its containers have exited); ``False`` when it was already gone."""
-        try:
-            await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
+            await self.client.delete(_KINDS[kind], name, namespace=namespace, grace_period=grace_period)
         except ApiError as error:
             if error.status.code == 404:
                 return False

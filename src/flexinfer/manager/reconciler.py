@@ -138,7 +138,7 @@ class Reconciler:
         for preemption in plan.preemptions:
             await self._preempt(preemption)
         for namespace, pod in plan.reap:
-            if await self._api.delete_pod_now(namespace, pod):
+            if await self._api.delete("Pod", namespace, pod, grace_period=0):
                 log.info("pod %s/%s: its containers have exited; deleted now so the GPU goes to the next model",
                          namespace, pod)
         for action in plan.members:

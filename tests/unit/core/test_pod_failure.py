@@ -16,8 +16,6 @@ from flexinfer.core.model_status.pod_failure import (
     crash_cause,
     device_held_by_group,
     out_of_memory_sign,
-    own_pod_releasing,
-    own_replica_replaced,
     pod_failure,
     shown_failure,
 )
@@ -136,13 +134,13 @@ def test_the_group_holds_the_device_while_another_member_has_a_pod_or_just_relea
     assert not device_held_by_group("a", {"a": [{}]}, {}, NOW), "its own pod does not count"
     terminating = {"metadata": {"name": "a-old", "deletionTimestamp": "2025-01-01T00:00:00Z"}}
     assert device_held_by_group("a", {"a": [{}, terminating]}, {}, NOW), "its own old replica, rolled out"
-    assert own_pod_releasing([{}, terminating]) and not own_pod_releasing([{}])
+    assert device_held_by_group("a", {"a": [{}, terminating]}, {}, NOW, shared=False), "an exclusive model too"
+    assert not device_held_by_group("a", {"a": [{}], "b": [{}]}, {}, NOW, shared=False), "others only in a group"
     recent_gone = NOW - timedelta(seconds=2)
     assert device_held_by_group("a", {"a": [{}]}, {"a": recent_gone}, NOW), (
         "its old replica went 2 s ago: the new pod waits out the scheduler's back-off")
-    assert own_replica_replaced("a", {"a": [{}]}, {"a": recent_gone}, NOW)
-    assert not own_replica_replaced("a", {"a": []}, {"a": recent_gone}, NOW), "no new pod"
-    assert not own_replica_replaced("a", {"a": [{}]}, {"a": NOW - timedelta(seconds=11)}, NOW)
+    assert not device_held_by_group("a", {"a": []}, {"a": recent_gone}, NOW), "no new pod"
+    assert not device_held_by_group("a", {"a": [{}]}, {"a": NOW - timedelta(seconds=11)}, NOW)
     recent = NOW - timedelta(seconds=DEVICE_SETTLE - 1)
     assert device_held_by_group("a", {"a": [{}], "b": []}, {"b": recent}, NOW)
     settled = NOW - timedelta(seconds=DEVICE_SETTLE)

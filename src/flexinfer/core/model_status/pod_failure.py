@@ -20,7 +20,7 @@ condition, the Warning event and the proxy's 503 all show it. For a crash, ``cra
 the crashed container's previous log that says why (the manager reads it: ``PodFailure.log_container``).
 ``out_of_memory_sign`` says whether the server container ended for lack of memory (a group that packs by memory
 then evicts and retries: ``flexinfer.core.oom_retry``). ``shown_failure`` reads a failure back from a stored
-status; ``device_held_by_group`` says whether a swap explains a pod waiting for the device. Pure; called by
+status; ``device_held_by_group`` says whether a swap or a rollout explains a pod waiting for the device. Pure; called by
 ``flexinfer.core.unit_plan`` once per member and pass.
 """
 
@@ -211,28 +211,20 @@ def shown_failure(status: ModelStatus) -> tuple[str, str] | None:
 
 
 def device_held_by_group(name: str, pods: Mapping[str, Sequence[Any]], gone_at: Mapping[str, datetime],
-                         now: datetime) -> bool:
-    """Another member of ``name``'s shared group still has a pod (``pods`` by member: it holds the device or is
-    releasing it), or its last pod went less than ``DEVICE_SETTLE`` ago (``gone_at``)."""
-    if any(pods.get(other) for other in pods if other != name):
+                         now: datetime, *, shared: bool = True) -> bool:
+    """A pod waiting for the device is expected to: its own old replica still holds it or went less than
+    ``DEVICE_SETTLE`` ago (a rollout, ``maxSurge: 0``: the new pod waits for the old one's device, then out the
+    scheduler's back-off), or, in a ``shared`` group, another member still has a pod (``pods`` by member: it holds
+    the device or is releasing it) or its last pod went less than ``DEVICE_SETTLE`` ago (``gone_at``: when a pod of
+    each member was last deleted)."""
+    def recent(member: str) -> bool:
+        gone = gone_at.get(member)
+        return gone is not None and now - gone < timedelta(seconds=DEVICE_SETTLE)
+
+    own = pods.get(name, ())
+    if any((p.get("metadata") or {}).get("deletionTimestamp") for p in own) or (own and recent(name)):
         return True
-    if own_pod_releasing(pods.get(name, ())) or own_replica_replaced(name, pods, gone_at, now):
-        return True
-    return any(now - gone < timedelta(seconds=DEVICE_SETTLE) for other, gone in gone_at.items() if other != name)
-
-
-def own_pod_releasing(pods: Sequence[Any]) -> bool:
-    """One of the model's own pods is terminating: a rollout (``maxSurge: 0``) deleted the old replica, whose device
-    the new one waits for (for as long as the kubelet keeps the old pod's object, up to its next status sync)."""
-    return any(((p.get("metadata") or {}).get("deletionTimestamp")) for p in pods)
-
-
-def own_replica_replaced(name: str, pods: Mapping[str, Sequence[Any]], gone_at: Mapping[str, datetime],
-                         now: datetime) -> bool:
-    """An old replica of ``name`` went less than ``DEVICE_SETTLE`` ago while it has a new pod: that pod waits out the
-    scheduler's back-off for the device its old replica held."""
-    gone = gone_at.get(name)
-    return bool(pods.get(name)) and gone is not None and now - gone < timedelta(seconds=DEVICE_SETTLE)
+    return shared and any(pods.get(other) or recent(other) for other in {*pods, *gone_at} if other != name)
 
 
 def device_settles_at(gone_at: Mapping[str, datetime], now: datetime) -> datetime | None:
