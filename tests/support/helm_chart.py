@@ -48,6 +48,8 @@ MANAGER_CLUSTER_PERMISSIONS: frozenset[Rule] = frozenset(
     | _expand("", ("services",), OWNED)
     | _expand("", ("pods",), (*READ, "delete"))
     | _expand("", ("pods/log",), ("get",))
+    | _expand("", ("configmaps",), ("create", "patch", "delete"))
+    | _expand("", ("secrets",), ("get", "create", "delete"))
     | _expand("batch", ("jobs",), ("create",))
     | _expand("", ("events",), ("create",))
     | _expand("apiextensions.k8s.io", ("customresourcedefinitions",), READ)

@@ -126,7 +126,8 @@ programs' defaults are the same as values.yaml's). */}}
 {{- end }}
 
 {{/* The manager's GPU profiles (groups that pack by memory): FLEXINFER_GPU_PROFILES as JSON, when any; and
-whether it asks starting pods directly and publishes a Ready model's pod (FLEXINFER_POD_ENDPOINTS, always). */}}
+whether it asks starting pods directly and publishes a Ready model's pod (FLEXINFER_POD_ENDPOINTS, always); the
+shared groups that run in a group pod (FLEXINFER_GROUP_STRATEGIES, when any). */}}
 {{- define "flexinfer.env.gpuProfiles" -}}
 {{- with .Values.controller.gpuProfiles }}
 - name: FLEXINFER_GPU_PROFILES
@@ -134,6 +135,19 @@ whether it asks starting pods directly and publishes a Ready model's pod (FLEXIN
 {{- end }}
 - name: FLEXINFER_POD_ENDPOINTS
   value: {{ .Values.controller.podEndpoints | quote }}
+{{- with .Values.controller.groupStrategies }}
+- name: FLEXINFER_GROUP_STRATEGIES
+  value: {{ include "flexinfer.groupStrategies" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* controller.groupStrategies ({group: strategy}) as FLEXINFER_GROUP_STRATEGIES: GROUP=STRATEGY,... */}}
+{{- define "flexinfer.groupStrategies" -}}
+{{- $pairs := list }}
+{{- range $group, $strategy := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $group $strategy) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end }}
 
 {{/* Proxy queue, rate-limit and auth settings. */}}

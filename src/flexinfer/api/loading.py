@@ -7,6 +7,9 @@ problem — a pydantic error's ``loc``, a cross-field rule, a later check (``fle
 printed ``file:line:column: field: message`` (``position_of``: the field's key, a list item's first character, or
 for a missing field the key of the mapping that lacks it; a document's schema problems in file order). ``flexinfer
 validate``, ``render`` and ``serve`` all load through here. ``load_paths`` is the same without the records.
+``read_manifest_files`` and ``load_manifest_texts`` split ``load_manifests`` into reading the bytes and checking
+them (``serve`` keeps the revision of the bytes it loaded); ``load_manifest_text`` checks a text that is not a
+file (a pushed one) the same way.
 ``parse_stored`` is for objects the API server already holds (the manager's and the proxy's watches): a quantity or
 duration FlexInfer cannot parse — written before the CRD carried its ``pattern`` — is dropped, so the next layer or
 the default applies, and returned as a problem to report; every other problem still raises.
@@ -32,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from flexinfer.api.base import FORMAT_ERRORS
+from flexinfer.api.error_wording import error_message, field_path
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model
@@ -151,7 +155,7 @@ def parse_resource(doc: Any, source: str = "", index: int | None = None,
     try:
         resource = cls.model_validate(doc)
     except ValidationError as exc:
-        problems = [located(FieldProblem(_path(err["loc"]), _message(err), source=source, document=index),
+        problems = [located(FieldProblem(field_path(err["loc"]), error_message(err), source=source, document=index),
                             positions, loc_parts(err["loc"])) for err in exc.errors()]
         raise InvalidResourceError(sorted(problems, key=lambda p: (p.line or 0, p.column or 0))) from None
     if isinstance(resource, Model):
@@ -199,7 +203,7 @@ def validate_stored(cls: type[T], doc: dict[str, Any]) -> tuple[T, dict[str, Any
     pruned = copy.deepcopy(doc)
     for err in errors:
         _drop(pruned, err["loc"])
-    ignored = tuple(FieldProblem(_path(err["loc"]), _message(err)) for err in errors)
+    ignored = tuple(FieldProblem(field_path(err["loc"]), error_message(err)) for err in errors)
     return cls.model_validate(pruned), pruned, ignored
 
 
@@ -296,27 +300,64 @@ def manifest_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def load_manifests(paths: Sequence[str | Path], skipped: list[FieldProblem] | None = None) -> list[Manifest]:
-    """Load every resource under ``paths`` (``-``: standard input) with where it was written; raise one error
-    listing every problem in every file (a resource defined twice names both places). ``skipped``: see the
-    module docstring."""
-    manifests: list[Manifest] = []
-    problems: list[FieldProblem] = []
+@dataclass(frozen=True)
+class ManifestText:
+    """One manifest text as read: the name problems print (a file's path, ``<stdin>``, ``pushed``), its bytes, and
+    why it could not be read (then ``data`` is empty)."""
+
+    source: str
+    data: bytes = b""
+    unreadable: str | None = None
+
+
+def read_manifest_files(paths: Sequence[str | Path]) -> list[ManifestText]:
+    """The bytes of every manifest file under ``paths``, in ``manifest_files`` order (``-``: standard input); a file
+    that cannot be read carries why. A missing path raises ``InvalidResourceError``."""
+    texts: list[ManifestText] = []
     for file in manifest_files(paths):
         source = "<stdin>" if str(file) == STDIN else str(file)
         try:
-            text = sys.stdin.read() if str(file) == STDIN else file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(FieldProblem("", f"cannot read: {exc}", source=source))
-            continue
+            data = sys.stdin.read().encode("utf-8") if str(file) == STDIN else file.read_bytes()
+        except (OSError, UnicodeError) as exc:
+            texts.append(ManifestText(source, unreadable=f"cannot read: {exc}"))
+        else:
+            texts.append(ManifestText(source, data))
+    return texts
+
+
+def load_manifest_texts(texts: Sequence[ManifestText], skipped: list[FieldProblem] | None = None) -> list[Manifest]:
+    """Parse every text (UTF-8) into its resources with where each was written; raise one error listing every
+    problem of every text (a resource defined twice names both places). ``skipped``: see the module docstring."""
+    manifests: list[Manifest] = []
+    problems: list[FieldProblem] = []
+    for text in texts:
         try:
-            manifests.extend(parse_manifests(text, source, skipped))
+            if text.unreadable is not None:
+                raise InvalidResourceError([FieldProblem("", text.unreadable, source=text.source)])
+            try:
+                decoded = text.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidResourceError([FieldProblem("", f"cannot read: {exc}", source=text.source)]) from None
+            manifests.extend(parse_manifests(decoded, text.source, skipped))
         except InvalidResourceError as exc:
             problems.extend(exc.problems)
     problems.extend(_duplicate_problems(manifests))
     if problems:
         raise InvalidResourceError(problems)
     return manifests
+
+
+def load_manifest_text(text: bytes, source_name: str, skipped: list[FieldProblem] | None = None) -> list[Manifest]:
+    """One manifest text that is not a file (a YAML stream or JSON pushed to ``serve``) through the same checks as
+    the files: problems are located ``source_name:line:column``."""
+    return load_manifest_texts([ManifestText(source_name, text)], skipped)
+
+
+def load_manifests(paths: Sequence[str | Path], skipped: list[FieldProblem] | None = None) -> list[Manifest]:
+    """Load every resource under ``paths`` (``-``: standard input) with where it was written; raise one error
+    listing every problem in every file (a resource defined twice names both places). ``skipped``: see the
+    module docstring."""
+    return load_manifest_texts(read_manifest_files(paths), skipped)
 
 
 def load_paths(paths: Sequence[str | Path]) -> list[Resource]:
@@ -341,40 +382,3 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
     """One line: what the YAML parser objected to (where is the problem's line and column)."""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"invalid YAML: {problem}"
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int) or "." in part or "/" in part:
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
-_TEMPLATES = {
-    "less_than_equal": "must be ≤ {le}, got {input}",
-    "greater_than_equal": "must be ≥ {ge}, got {input}",
-    "less_than": "must be < {lt}, got {input}",
-    "greater_than": "must be > {gt}, got {input}",
-    "extra_forbidden": "unknown field",
-    "missing": "required field is missing",
-    "literal_error": "must be one of {expected}, got {input!r}",
-    "string_pattern_mismatch": "must match {pattern}, got {input!r}",
-    "too_long": "must have at most {max_length} items",
-    "string_too_long": "must be at most {max_length} characters",
-    "string_too_short": "must be at least {min_length} characters",
-}
-
-
-def _message(err: Any) -> str:
-    template = _TEMPLATES.get(err["type"])
-    ctx = dict(err.get("ctx") or {})
-    if template:
-        try:
-            return template.format(input=err.get("input"), **ctx)
-        except (KeyError, IndexError):
-            pass
-    msg = str(err["msg"])
-    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg

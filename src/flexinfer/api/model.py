@@ -228,6 +228,12 @@ class SharedGroupStatus(StatusModel):
     """A start that ran out of memory: retried once after evicting the group's other members."""
     memory_measured: MeasuredMemoryStatus | None = None
     """What the member's server reported it allocated, from its log (llama.cpp); the need from then on."""
+    strategy: Literal["Exclusive", "TimeSliced", "MemoryShared"] | None = None
+    """How the group runs (the manager's `FLEXINFER_GROUP_STRATEGIES`): `TimeSliced` and `MemoryShared` run every
+    member in one group pod; unset: `Exclusive` (one Deployment per Model)."""
+    group_endpoint: str | None = None
+    """Group-pod mode: the running group pod's URL. The in-cluster proxy forwards a member's requests there in any
+    phase but `Failed`: the pod starts or swaps the member in and holds the request meanwhile."""
 
 
 class ActivationStatus(StatusModel):

@@ -13,7 +13,9 @@ happens; a third SIGKILLs the model servers at once. SIGHUP, and a change of the
 (only that model restarts, after draining) and removed without touching the others. Groups given a memory budget
 (``FLEXINFER_GROUP_MEMORY``, ``--group-memory``: ``flexinfer.local.memory_budget``, resolved once at start) pack
 their members by memory; the dispatcher gets the GGUF estimate of their needs (``flexinfer.local.gguf_estimate``).
-Called by ``flexinfer.cli.serve`` and the integration tests.
+The admin API also takes a pushed manifest text (checked and applied as a reload) and lists the cold starts and
+swaps (``flexinfer.local.lifecycle_events``); ``FLEXINFER_ADMIN_TOKEN``/``--admin-token-file`` guard it apart from the
+API's auth. Called by ``flexinfer.cli.serve`` and the integration tests.
 """
 
 from __future__ import annotations
@@ -30,22 +32,25 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from flexinfer.api import Manifest, Model, load_manifests
+from flexinfer.api import Manifest, Model
 from flexinfer.api.errors import FieldProblem
+from flexinfer.api.loading import load_manifest_texts, read_manifest_files
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.api.units import parse_quantity
 from flexinfer.assembly import event_loop
 from flexinfer.core.errors import ConfigError, InsufficientSpaceError
 from flexinfer.core.flashloader_settings import FlashLoaderConfig, staging_variables
+from flexinfer.core.manifest_revision import manifest_revision
 from flexinfer.flashloader.config import StageSettings, settings_from_env
 from flexinfer.flashloader.staging import stage, statvfs_free, within_limit
 from flexinfer.local.admin import AdminApi
 from flexinfer.local.catalog import ManifestCatalog
-from flexinfer.local.config import local_config, state_dir
+from flexinfer.local.config import local_config, resolve_admin_token, state_dir
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.gguf_estimate import estimate_mib
 from flexinfer.local.gpu_discovery import GpuInventory
+from flexinfer.local.lifecycle_events import LifecycleEvents
 from flexinfer.local.memory_budget import parse_entries, resolve_budgets
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
@@ -104,16 +109,18 @@ async def flash_stage(model: Model, src: Path, dst: Path, config: FlashLoaderCon
              "on" if how.settings.verify else "off", limit or "none", report.summary())
 
 
-def load_models(paths: Sequence[str | Path]) -> list[Manifest]:
-    """The Model and ModelCache manifests under ``paths``; ``ConfigError`` when there is no Model. Objects of
-    other API groups (a ConfigMap beside the manifests) are left out with a warning naming file:line:column and kind."""
+def load_models(paths: Sequence[str | Path]) -> tuple[list[Manifest], str]:
+    """The Model and ModelCache manifests under ``paths`` and the revision of their bytes; ``ConfigError`` when
+    there is no Model. Objects of other API groups (a ConfigMap beside the manifests) are left out with a warning
+    naming file:line:column and kind."""
     skipped: list[FieldProblem] = []
-    manifests = [m for m in load_manifests(paths, skipped) if isinstance(m.resource, Model | ModelCache)]
+    texts = read_manifest_files(paths)
+    manifests = [m for m in load_manifest_texts(texts, skipped) if isinstance(m.resource, Model | ModelCache)]
     for problem in skipped:
         log.warning("skipped %s", problem)
     if not any(isinstance(m.resource, Model) for m in manifests):
         raise ConfigError(f"no Model manifests found in {', '.join(str(p) for p in paths)}")
-    return manifests
+    return manifests, manifest_revision(b"".join(t.data for t in texts))
 
 
 SERVE_PROXY_DEFAULTS: Mapping[str, str] = {"PROXY_SHUTDOWN_DRAIN_DELAY": "0s"}
@@ -184,8 +191,8 @@ class LocalServer:
 
 
 def _observer(registry: CollectorRegistry, tracing: Tracing, activity: ActivityLog,
-              lifecycle_log: LifecycleLog) -> LifecycleObserver:
-    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), activity, lifecycle_log]
+              lifecycle_log: LifecycleLog, events: LifecycleEvents) -> LifecycleObserver:
+    observers: list[LifecycleObserver] = [LifecycleMetrics(registry), activity, lifecycle_log, events]
     if tracing.enabled:
         observers.append(TracingObserver(tracing))
     return ObserverGroup(observers)
@@ -193,12 +200,14 @@ def _observer(registry: CollectorRegistry, tracing: Tracing, activity: ActivityL
 
 def _proxy_app(config: ProxyConfig, catalog: ManifestCatalog, metrics: ProxyMetrics, dispatcher: Dispatcher,
                engine: LocalEngine, *, reloader: ManifestReloader, registry: CollectorRegistry, tracing: Tracing,
-               activity: ActivityLog) -> web.Application:
-    """The proxy application over the dispatcher, plus the admin API routes and the status page."""
+               activity: ActivityLog, events: LifecycleEvents, admin_token: str) -> web.Application:
+    """The proxy application over the dispatcher, plus the admin API routes (``admin_token`` guards them when
+    set, else the proxy's token when its auth is on) and the status page."""
     app = create_app(config, dispatcher, catalog, registry=registry, metrics=metrics, tracer=proxy_tracer(tracing))
     admin = AdminApi(dispatcher, catalog, engine.logs, engine.pid,
-                     token=config.auth_token if config.auth_enabled else "", config=reloader.status.as_json,
-                     memory=engine.memory, groups=dispatcher.memory_report)
+                     token=admin_token or (config.auth_token if config.auth_enabled else ""),
+                     config=reloader.status.as_json, memory=engine.memory, groups=dispatcher.memory_report,
+                     push=reloader.push, lifecycle=events)
     app.router.add_routes(admin.routes())
     auth = BearerAuth(config.auth_token if config.auth_enabled else None)
     install(app, StatusPage(dispatcher.snapshot, activity, auth, "local", logs=engine.logs.tail,
@@ -235,18 +244,20 @@ def _warn_problems(problems: Sequence[object]) -> None:
 async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8080,
                       env: Environment | None = None, base_dir: Path | None = None,
                       watch_interval: float | None = DEFAULT_WATCH_INTERVAL,
-                      group_memory: Sequence[str] = ()) -> LocalServer:
+                      group_memory: Sequence[str] = (), admin_token_file: Path | None = None) -> LocalServer:
     """Load the manifests and start everything; returns once the proxy listens (models start on demand).
     With ``watch_interval`` (seconds) the manifest files are polled and reloaded on change; ``group_memory``:
-    the ``--group-memory`` entries (they win over ``FLEXINFER_GROUP_MEMORY`` for the groups they name)."""
+    the ``--group-memory`` entries (they win over ``FLEXINFER_GROUP_MEMORY`` for the groups they name);
+    ``admin_token_file``: ``--admin-token-file`` (wins over ``FLEXINFER_ADMIN_TOKEN``)."""
     env = env if env is not None else environment()
-    manifests = load_models(paths)
+    manifests, revision = load_models(paths)
     models = [m.resource for m in manifests if isinstance(m.resource, Model)]
     caches = [m.resource for m in manifests if isinstance(m.resource, ModelCache)]
     proxy_cfg = local_proxy_config(env)
     local = local_config(env, base_dir or Path.cwd(), cold_start_timeout=proxy_cfg.cold_start_timeout,
                          queue_limit=proxy_cfg.max_queue_size,
                          max_concurrency=proxy_cfg.max_concurrency_per_model, warn=warn)
+    token = resolve_admin_token(local, admin_token_file)
     installed = SystemAvailability(path=env.get("PATH"))
     _warn_problems(check_manifests(manifests, installed, local.engine.base_dir, every_source=True))
     registry, tracing = CollectorRegistry(), init_tracing("flexinfer", tracing_settings(env))
@@ -258,20 +269,19 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
                          flash=flash, gpus=gpus)
     engine.reap_leftovers()
     engine.prune({m.key for m in models})
-    activity = ActivityLog()
-    lifecycle_log = LifecycleLog()
+    activity, lifecycle_log, events = ActivityLog(), LifecycleLog(), LifecycleEvents()
     weights_dir = local.engine.base_dir
     dispatcher = Dispatcher(engine, models, policy=replace(local.policy, group_budgets=budgets),
-                            observer=_observer(registry, tracing, activity, lifecycle_log),
+                            observer=_observer(registry, tracing, activity, lifecycle_log, events),
                             estimate=lambda model: estimate_mib(model, weights_dir))
     catalog = ManifestCatalog(models, dispatcher.phase)
     metrics = ProxyMetrics(registry, [m.key for m in models])
     MemoryMetrics(dispatcher.memory_report, dispatcher.snapshot).register(registry)
     reloader = ManifestReloader(paths, models, _applier(dispatcher, catalog, metrics, flash, engine), caches=caches,
                                 installed=installed, base_dir=local.engine.base_dir,
-                                interval=watch_interval or DEFAULT_WATCH_INTERVAL)
+                                interval=watch_interval or DEFAULT_WATCH_INTERVAL, revision=revision)
     app = _proxy_app(proxy_cfg, catalog, metrics, dispatcher, engine, reloader=reloader, registry=registry,
-                     tracing=tracing, activity=activity)
+                     tracing=tracing, activity=activity, events=events, admin_token=token)
     proxy = ProxyServer(app, proxy_cfg)
     dispatcher.start()
     try:
@@ -289,10 +299,11 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
 
 async def serve_local(paths: Sequence[str | Path], *, host: str, port: int, env: Environment | None = None,
                       stop: asyncio.Event, on_ready: Callable[[LocalServer], None] | None = None,
-                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL, group_memory: Sequence[str] = ()) -> None:
+                      watch_interval: float | None = DEFAULT_WATCH_INTERVAL, group_memory: Sequence[str] = (),
+                      admin_token_file: Path | None = None) -> None:
     """``start_local``, serve until ``stop`` is set, then ``close`` (also when cancelled)."""
     server = await start_local(paths, host=host, port=port, env=env, watch_interval=watch_interval,
-                               group_memory=group_memory)
+                               group_memory=group_memory, admin_token_file=admin_token_file)
     try:
         if on_ready is not None:
             on_ready(server)
@@ -310,7 +321,8 @@ def _announce(server: LocalServer) -> None:
 
 
 async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: int, env: Environment,
-                                 watch_interval: float | None, *, group_memory: Sequence[str]) -> None:
+                                 watch_interval: float | None, *, group_memory: Sequence[str],
+                                 admin_token_file: Path | None) -> None:
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
     main = asyncio.current_task()
     servers: list[LocalServer] = []
@@ -350,22 +362,22 @@ async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: i
         _announce(server)
 
     await serve_local(paths, host=host, port=port, env=env, stop=stop, on_ready=ready, watch_interval=watch_interval,
-                      group_memory=group_memory)
+                      group_memory=group_memory, admin_token_file=admin_token_file)
 
 
 def run_local(paths: Sequence[str | Path], host: str = "127.0.0.1", port: int = 8080,
               env: Environment | None = None, watch_interval: float | None = DEFAULT_WATCH_INTERVAL, *,
-              group_memory: Sequence[str] = ()) -> int:
+              group_memory: Sequence[str] = (), admin_token_file: Path | None = None) -> int:
     """``flexinfer serve``: serve until SIGTERM/SIGINT (SIGHUP reloads the manifests); returns the exit code.
     ``watch_interval`` ``None`` turns the polling of the manifest files off; ``group_memory``: the
-    ``--group-memory`` entries."""
+    ``--group-memory`` entries; ``admin_token_file``: ``--admin-token-file``."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     environ = env if env is not None else environment()
     try:
-        event_loop.run(_serve_until_signalled(paths, host, port, environ, watch_interval, group_memory=group_memory),
-                       environ)
+        event_loop.run(_serve_until_signalled(paths, host, port, environ, watch_interval, group_memory=group_memory,
+                                              admin_token_file=admin_token_file), environ)
     except asyncio.CancelledError:
         return 130
     return 0

@@ -16,10 +16,12 @@ TIMEOUT = 10.0
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--url`` and ``--token`` (default: ``PROXY_AUTH_TOKEN`` from the environment)."""
+    """``--url`` and ``--token`` (default: ``FLEXINFER_ADMIN_TOKEN``, else ``PROXY_AUTH_TOKEN``, from the
+    environment)."""
     parser.add_argument("--url", default=DEFAULT_URL,
                         help=f"the server's base URL, http:// assumed without a scheme (default {DEFAULT_URL})")
-    parser.add_argument("--token", default=None, help="bearer token (default: $PROXY_AUTH_TOKEN)")
+    parser.add_argument("--token", default=None,
+                        help="bearer token (default: $FLEXINFER_ADMIN_TOKEN, else $PROXY_AUTH_TOKEN)")
 
 
 def get_json(args: argparse.Namespace, path: str, query: dict[str, str] | None = None) -> Any:
@@ -38,7 +40,9 @@ def call_json(args: argparse.Namespace, method: str, path: str, query: dict[str,
     import urllib.request
 
     url = base_url(args.url) + path + ("?" + urllib.parse.urlencode(query) if query else "")
-    token = args.token if args.token is not None else environment().get("PROXY_AUTH_TOKEN", "")
+    env = environment()
+    token = args.token if args.token is not None else (env.get("FLEXINFER_ADMIN_TOKEN", "").strip()
+                                                       or env.get("PROXY_AUTH_TOKEN", ""))
     request = urllib.request.Request(url, method=method,
                                      headers={"Authorization": f"Bearer {token}"} if token else {})
     try:

@@ -1,5 +1,5 @@
 """``flexinfer serve -f DIR|FILE [--host H] [--port P] [--no-watch] [--watch-interval S] [--group-memory GROUP=SIZE]
-[--log-level L] [--log-format text|json]``: serve Model manifests on this machine.
+[--admin-token-file PATH] [--log-level L] [--log-format text|json]``: serve Model manifests on this machine.
 
 One OpenAI-compatible endpoint for every model; model servers start on demand as local processes and
 models sharing a ``spec.gpu.shared`` group swap on one GPU (or, in a group given a memory budget with
@@ -10,6 +10,7 @@ SIGTERM/SIGINT; the manifests are reloaded on SIGHUP and (unless ``--no-watch``)
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from flexinfer.cli.arguments import add_listen_arguments, add_log_arguments, start_logging
@@ -35,6 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="let a shared GPU group keep as many models running as fit in SIZE (24Gi, MiB, or "
                              "auto: the GPU's memory; CPU-only models: the host's available memory), evicting by "
                              "cost; repeatable")
+    parser.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
+                        help="file holding the admin API's bearer token, read once at start (trailing newline "
+                             "stripped); wins over FLEXINFER_ADMIN_TOKEN")
     return parser
 
 
@@ -60,4 +64,4 @@ def run(args: argparse.Namespace) -> int:
     start_logging(args, env)
     interval = args.watch_interval or DEFAULT_WATCH_INTERVAL
     return run_local(args.filename, host=host, port=port, env=env, watch_interval=interval if args.watch else None,
-                     group_memory=args.group_memory)
+                     group_memory=args.group_memory, admin_token_file=args.admin_token_file)

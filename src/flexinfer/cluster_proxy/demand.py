@@ -17,7 +17,8 @@ The contract (docs/design/kubernetes-proxy.md): the proxy signals demand by writ
   the model's cold-start budget, unless the model still waits its turn for its group's GPU → ``EngineError``).
   ``stop`` does nothing: the manager owns scale-down. The endpoint is ``status.podEndpoint`` (the Ready
   model's one pod), else ``status.endpoint`` (its Service) or, only with the test-only override switched on,
-  the ``flexinfer.ai/endpoint-override`` annotation.
+  the ``flexinfer.ai/endpoint-override`` annotation; a member of a group that runs in a group pod is forwarded
+  to that pod (``status.sharedGroup.groupEndpoint``) whatever its phase but Failed (``forwarding_endpoint``).
 Built by ``flexinfer.assembly.cluster_proxy``.
 """
 
@@ -158,6 +159,19 @@ def endpoint_of(model: Model, override_enabled: bool) -> str | None:
     return model.status.pod_endpoint or model.status.endpoint or None
 
 
+def forwarding_endpoint(model: Model, override_enabled: bool) -> str | None:
+    """Where the proxy sends the model's requests now: a Ready model's ``endpoint_of``; a member of a group that
+    runs in a group pod (``status.sharedGroup.groupEndpoint`` set while that pod runs), in any phase but
+    Failed, the group pod, which starts or swaps the member in and holds the request meanwhile; else ``None``
+    (signal demand and wait)."""
+    if model.status.phase == READY:
+        return endpoint_of(model, override_enabled)
+    shared = model.status.shared_group
+    if shared is not None and shared.group_endpoint and model.status.phase != "Failed":
+        return shared.group_endpoint
+    return None
+
+
 def failure_message(model: Model) -> str:
     """``status.message``, else the first False condition's message, else the phase."""
     if model.status.message:
@@ -274,5 +288,5 @@ class KubeEngine:
         if deadline is not None and self._now() >= deadline:
             raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
                               f"({model.status.message or 'LoadingWeights'})")
-        url = endpoint_of(model, self._override) if phase == READY else None
+        url = forwarding_endpoint(model, self._override)
         return Endpoint(url) if url else None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from flexinfer.api.base import ObjectMeta
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.cluster_proxy.demand import endpoint_of
+from flexinfer.cluster_proxy.demand import forwarding_endpoint
 from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.arbiter import events as ev
 from flexinfer.core.phases import READY
@@ -40,13 +40,12 @@ def dispatch_model(model: Model) -> Model:
 
 
 def left_ready(old: Model, new: Model | None, override: bool) -> bool:
-    """The change ``old`` → ``new`` takes the model out of Ready at ``old``'s endpoint (not Ready any more,
-    deleted, or Ready elsewhere)."""
-    if old.status.phase != READY:
+    """The change ``old`` → ``new`` takes the model away from ``old``'s forwarding endpoint (not Ready any more,
+    deleted, Ready elsewhere; a group pod's member whose pod went away or that failed)."""
+    before = forwarding_endpoint(old, override)
+    if before is None:
         return False
-    if new is None or new.status.phase != READY:
-        return True
-    return endpoint_of(old, override) != endpoint_of(new, override)
+    return new is None or forwarding_endpoint(new, override) != before
 
 
 class DispatcherSync:

@@ -127,7 +127,7 @@ def plan_unit(facts: UnitFacts, defaults: ControllerDefaults, policy: ManagerPol
     """The plan of one pass over the unit described by ``facts`` (see the module docstring)."""
     now = facts.now
     present = [s for s in facts.models if not (s.body.get("metadata") or {}).get("deletionTimestamp")]
-    rejections = [_rejection(s.body, s.error, now) for s in present if s.error is not None]
+    rejections = [rejection(s.body, s.error, now) for s in present if s.error is not None]
     stored = {s.model.name: s for s in present if s.model is not None}
     models = [_projected(s.model, facts, policy) for s in stored.values() if s.model is not None]
     election = _held(facts.decided) if facts.decided else _election(models, facts, policy) if facts.group else None
@@ -152,8 +152,8 @@ def _decide(step: _Step, facts: UnitFacts, defaults: ControllerDefaults, policy:
         manifests = _manifests(model, replace(step.plan, replicas=0) if step.releasing else step.plan, facts,
                                defaults)
     except FlexInferError as error:
-        rejection = _rejection(body, error, now)
-        return model, rejection, failed_status(step.stored, model.metadata.generation, rejection.message, now)
+        refused = rejection(body, error, now)
+        return model, refused, failed_status(step.stored, model.metadata.generation, refused.message, now)
     action = _action(step, manifests, facts, policy)
     if not step.plan.preempt_now:
         return model, action, action.status
@@ -175,7 +175,8 @@ def _wake(after: Sequence[Model], members: Sequence[MemberAction], facts: UnitFa
     return next_read if wake is None else min(wake, next_read)
 
 
-def _rejection(body: Json, error: FlexInferError, now: datetime) -> Rejection:
+def rejection(body: Json, error: FlexInferError, now: datetime) -> Rejection:
+    """An invalid Model's rejection: phase ``Failed``, ``ConfigValid=False`` with the problems ``error`` names."""
     meta = body.get("metadata") or {}
     problems = error.problems if isinstance(error, InvalidResourceError) else []
     message = "; ".join(str(p) for p in problems) or str(error)

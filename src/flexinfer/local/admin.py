@@ -14,10 +14,17 @@ Routes, added to the proxy's aiohttp application by ``flexinfer.assembly.run_loc
   ``{"model": key, "phase": ...}``
 - ``GET /admin/models/{model}/logs?after=N&since=SECONDS&tail=N`` → ``{"model", "lines", "next", "started"}``
   (``flexinfer logs --since/--follow``: ``next`` is the ``after`` of the following poll)
+- ``PUT /admin/manifests`` (a YAML stream or JSON of Models and ModelCaches, at most ``MAX_MANIFEST_BYTES``) →
+  the ``config`` section once the text is in force (``result`` ``applied`` or ``unchanged``); rejected: 422, the
+  error envelope naming the first problem plus ``"errors"``, every problem (``pushed:line:column: …``), and the
+  previous configuration stays (``flexinfer.local.reloading.ManifestReloader.push``: a file reload's checks)
+- ``GET /admin/lifecycle?after=N`` → ``{"next", "events": [{seq, model, kind, seconds, at}], "lost"}``: the cold
+  starts and swaps numbered above ``N`` (``flexinfer.local.lifecycle_events``)
 
 ``{model}`` is a name, alias or ``namespace/name`` (resolved once, by the catalog, to the model key). Errors
 use the OpenAI error envelope (unknown model → 404, a name several namespaces use → 409). When a token is
-given, every route needs ``Authorization: Bearer <token>``.
+given, every route needs ``Authorization: Bearer <token>`` (the assembly gives ``FLEXINFER_ADMIN_TOKEN`` when set,
+else the proxy's token when its auth is on).
 """
 
 from __future__ import annotations
@@ -35,18 +42,24 @@ from flexinfer.api.key import ModelKey
 from flexinfer.core.errors import (
     BadRequestError,
     ModelNotFoundError,
+    PayloadTooLargeError,
     RequestError,
     UnauthorizedError,
     echo_safe,
 )
 from flexinfer.core.server_memory import ServerMemory
 from flexinfer.local.catalog import ManifestCatalog
+from flexinfer.local.lifecycle_events import LifecycleEvents
 from flexinfer.local.logs import LogStore
+from flexinfer.local.reloading import ConfigStatus
 from flexinfer.runtime.dispatcher import ModelState
 
 DEFAULT_TAIL = 200
 MAX_TAIL = 100_000
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+"""Largest pushed manifest text (``PUT /admin/manifests``)."""
 Handler = Callable[[web.Request], Awaitable[web.Response]]
+Push = Callable[[bytes], Awaitable[ConfigStatus]]
 
 
 def error_body(error: RequestError) -> dict[str, object]:
@@ -91,15 +104,24 @@ class AdminApi:
     """A model's measured memory (``LocalEngine.memory``)."""
     groups: Callable[[], list[dict[str, object]]] | None = None
     """The groups that pack by memory (``memory_groups``)."""
+    push: Push | None = None
+    """Checks and applies a pushed manifest text (``ManifestReloader.push``); no ``PUT /admin/manifests`` without."""
+    lifecycle: LifecycleEvents | None = None
+    """The cold starts and swaps; no ``GET /admin/lifecycle`` without."""
 
     def routes(self) -> Sequence[web.RouteDef]:
-        return [
+        routes = [
             web.get("/admin/status", guarded(self.status)),
             web.get("/admin/logs/{model:.+}", guarded(self.model_logs)),
             web.post("/admin/models/{model:.+}/load", guarded(self.load)),
             web.post("/admin/models/{model:.+}/unload", guarded(self.unload)),
             web.get("/admin/models/{model:.+}/logs", guarded(self.log_window)),
         ]
+        if self.push is not None:
+            routes.append(web.put("/admin/manifests", guarded(self.manifests)))
+        if self.lifecycle is not None:
+            routes.append(web.get("/admin/lifecycle", guarded(self.lifecycle_events)))
+        return routes
 
     def _check(self, request: web.Request) -> None:
         if not self.token:
@@ -178,6 +200,42 @@ class AdminApi:
             return web.json_response({"model": key, "lines": [], "next": 0, "started": False})
         return web.json_response({"model": key, "lines": window.lines, "next": window.next, "started": True})
 
+    async def manifests(self, request: web.Request) -> web.Response:
+        """``PUT /admin/manifests``: the pushed text through a file reload's checks; 200 with the ``config``
+        section once in force, 422 with every problem when rejected (the previous configuration stays)."""
+        self._check(request)
+        assert self.push is not None
+        status = await self.push(await _body(request, MAX_MANIFEST_BYTES))
+        if status.result != "rejected":
+            return web.json_response(status.as_json())
+        errors = [echo_safe(e) for e in status.errors] or ["the manifests were rejected"]
+        more = f" (and {len(errors) - 1} more problem(s), listed in errors)" if len(errors) > 1 else ""
+        body = {"error": {"message": f"{errors[0]}{more}", "type": "invalid_request_error", "param": None,
+                          "code": "invalid_manifests"}, "errors": errors}
+        return web.json_response(body, status=422)
+
+    async def lifecycle_events(self, request: web.Request) -> web.Response:
+        """``GET /admin/lifecycle?after=N``: the cold starts and swaps numbered above ``N`` (default 0)."""
+        self._check(request)
+        assert self.lifecycle is not None
+        after = _number(request, "after", int)
+        return web.json_response(self.lifecycle.after(after or 0).as_json())
+
+
+async def _body(request: web.Request, limit: int) -> bytes:
+    """The request body, at most ``limit`` bytes (``PayloadTooLargeError`` past it, read no further)."""
+    too_large = PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
 
 def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> Any:
     """An optional non-negative number from the query (``BadRequestError`` naming it otherwise)."""
@@ -189,5 +247,6 @@ def _number(request: web.Request, name: str, kind: type[int] | type[float]) -> A
     except ValueError:
         value = -1
     if not value >= 0 or value == float("inf"):
-        raise BadRequestError(f"{name} must be a non-negative number, got {text!r}", param=name)
+        what = "integer" if kind is int else "number"
+        raise BadRequestError(f"{name} must be a non-negative {what}, got {echo_safe(text, 64)!r}", param=name)
     return value

@@ -7,8 +7,9 @@ bound checked against the cold-start budget), and the groups that pack by memory
 (``FLEXINFER_GROUP_MEMORY``, ``flexinfer.local.memory_budget``); a malformed value raises ``ConfigError``
 naming the variable. The flash-loader defaults (``DEFAULT_FLASH_LOADER_*``) are the manager's, parsed by
 ``flexinfer.core.controller_defaults.flash_loader_defaults`` with the manager's rule (an unparsable value keeps
-its default and goes to ``warn``). Pure apart from computing default paths. Called by
-``flexinfer.assembly.run_local``; tests pass plain dicts.
+its default and goes to ``warn``). The admin API's own token is ``FLEXINFER_ADMIN_TOKEN`` or the file ``serve
+--admin-token-file`` names (``resolve_admin_token``, which reads that file once). Pure apart from computing
+default paths and reading that file. Called by ``flexinfer.assembly.run_local``; tests pass plain dicts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flexinfer.api.units import parse_duration
 from flexinfer.core.arbiter.policy import ArbiterPolicy
 from flexinfer.core.controller_defaults import FlashLoaderDefaults, flash_loader_defaults
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind, Warn
+from flexinfer.core.errors import ConfigError
 from flexinfer.core.swap_knobs import check_bound_fits, swap_knobs
 from flexinfer.local.engine import LocalEngineSettings
 from flexinfer.local.memory_budget import parse_entries
@@ -46,6 +48,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "GPU's total memory from the vendor binding, for CPU-only models the host's available memory). Such a "
            "group keeps as many members running as fit and evicts by cost; others run one model at a time. The "
            "`--group-memory` entries of `serve` win for the groups they name.", Kind.PAIRS),
+    EnvVar("FLEXINFER_ADMIN_TOKEN", "", "The admin API's own bearer token: when set, every `/admin/*` route needs "
+           "`Authorization: Bearer <it>` whatever `PROXY_AUTH_*` says (unset: the admin routes follow the proxy's "
+           "auth); `--admin-token-file` wins. Never logged."),
 )
 _DEFAULTS = {var.name: var.default for var in ENV_VARS}
 
@@ -60,6 +65,8 @@ class LocalConfig:
     """Layer 1 of the flash-loader settings (``flexinfer.local.flash_settings`` adds the ModelCaches)."""
     group_memory: Mapping[str, float | None] = field(default_factory=dict)
     """``FLEXINFER_GROUP_MEMORY``: MiB by group, ``None`` for ``auto`` (resolved at start-up)."""
+    admin_token: str = ""
+    """``FLEXINFER_ADMIN_TOKEN`` (empty: the admin routes follow the proxy's auth)."""
 
 
 def state_dir(env: Mapping[str, str]) -> Path:
@@ -99,4 +106,21 @@ def local_config(env: Mapping[str, str], base_dir: Path, *, cold_start_timeout: 
         restart_changed=True,
     )
     return LocalConfig(engine=engine, policy=policy, flash_loader=flash_loader_defaults(env, warn=warn),
-                       group_memory=parse_entries([env.get("FLEXINFER_GROUP_MEMORY", "")], "FLEXINFER_GROUP_MEMORY"))
+                       group_memory=parse_entries([env.get("FLEXINFER_GROUP_MEMORY", "")], "FLEXINFER_GROUP_MEMORY"),
+                       admin_token=EnvReader(env).text("FLEXINFER_ADMIN_TOKEN"))
+
+
+def resolve_admin_token(config: LocalConfig, token_file: Path | None) -> str:
+    """The admin API's token: the content of ``token_file`` (``--admin-token-file``, read once; trailing newlines
+    stripped) when given, else ``FLEXINFER_ADMIN_TOKEN``. An unreadable or empty file is a ``ConfigError`` naming
+    the flag (an empty token would open the admin routes: fail closed)."""
+    if token_file is None:
+        return config.admin_token
+    try:
+        token = token_file.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"--admin-token-file: cannot read {token_file}: {getattr(exc, 'strerror', None) or exc}"
+                          ) from None
+    if not token.strip():
+        raise ConfigError(f"--admin-token-file: {token_file} is empty")
+    return token

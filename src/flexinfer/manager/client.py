@@ -6,6 +6,7 @@
   manager's ``PatchSession`` (aiohttp, ``flexinfer.manager.patch_session``) when it is given one, and each is
   counted as a write of the running pass (``flexinfer.manager.own_writes``);
 - ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
+- ``secret_value``/``create_secret``: a group pod's admin token (``flexinfer.manager.group_pods``);
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
 - ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
   cache) when a preemption must know every in-flight report written before it;
@@ -19,6 +20,7 @@ Used by ``flexinfer.manager.reconciler``, ``flexinfer.manager.cleanup`` and ``fl
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import socket
@@ -32,7 +34,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, Pod, PodLog, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, PodLog, Secret, Service
 from lightkube.types import PatchType
 
 from flexinfer.api.conventions import MODEL_LABEL
@@ -46,7 +48,8 @@ FIELD_MANAGER = "flexinfer"
 COMPONENT = "flexinfer-manager"
 ModelResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
 ModelDemandResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
-_KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease, "Pod": Pod}
+_KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease, "Pod": Pod,
+                          "ConfigMap": ConfigMap, "Secret": Secret}
 
 
 def _plain(obj: Any) -> Body:
@@ -108,6 +111,27 @@ class KubeApi:
             await self.client.delete(_KINDS[kind], name, namespace=namespace, grace_period=grace_period)
         except ApiError as error:
             if error.status.code == 404:
+                return False
+            raise
+        return True
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """The text under ``key`` of a Secret (``None``: no such Secret or key)."""
+        try:
+            secret = await self.client.get(Secret, name, namespace=namespace)
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+        encoded = (secret.data or {}).get(key)
+        return base64.b64decode(encoded).decode() if encoded else None
+
+    async def create_secret(self, body: Body) -> bool:
+        """Create a Secret; ``False`` when one of that name already exists."""
+        try:
+            await self.client.create(cast(Secret, Secret.from_dict(body)), field_manager=FIELD_MANAGER)
+        except ApiError as error:
+            if error.status.code == 409:
                 return False
             raise
         return True

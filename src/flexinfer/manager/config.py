@@ -7,7 +7,8 @@ model may keep serving reported in-flight requests), ``FLEXINFER_MANAGER_WORKERS
 reconciles of different units), and the swap knobs both engines share (``flexinfer.core.swap_knobs``:
 ``FLEXINFER_SWAP_MIN_HOLD``, ``FLEXINFER_SWAP_MAX_WAIT``, the election's hold and starvation bound), and
 ``FLEXINFER_GPU_PROFILES`` (``flexinfer.core.gpu_profiles``: the shared groups that pack by memory),
-``FLEXINFER_POD_ENDPOINTS`` (true: starting pods are asked directly, a Ready model's pod is published). An
+``FLEXINFER_POD_ENDPOINTS`` (true: starting pods are asked directly, a Ready model's pod is published),
+``FLEXINFER_GROUP_STRATEGIES`` (``flexinfer.core.group_strategy``: the shared groups that run in a group pod). An
 unparsable value of these is a ``ConfigError`` naming the variable.
 Controller defaults (``DEFAULT_SHM_SIZE_LIMIT``, ``DEFAULT_FLASH_LOADER_*``, images) come from
 ``flexinfer.core.controller_defaults``: unparsable ones keep the Go fallback and are logged as warnings.
@@ -26,6 +27,7 @@ from flexinfer.core.controller_defaults import ControllerDefaults, controller_de
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.envvalues import EnvReader, EnvVar, Kind
 from flexinfer.core.gpu_profiles import parse_gpu_profiles
+from flexinfer.core.group_strategy import parse_group_strategies
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.core.swap_knobs import swap_knobs
 from flexinfer.manager.http import parse_bind_address
@@ -33,6 +35,12 @@ from flexinfer.manager.http import parse_bind_address
 DEFAULT_METRICS = ":8080"
 DEFAULT_HEALTH = ":8081"
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
+GROUP_POD_ENV = ("FLEXINFER_SWAP_MIN_HOLD", "FLEXINFER_SWAP_MAX_WAIT", "FLEXINFER_OTEL_ENABLED",
+                 "FLEXINFER_OTEL_SERVICE_NAMESPACE", "FLEXINFER_OTEL_TRUST_INCOMING", "OTEL_SDK_DISABLED",
+                 "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+                 "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL")
+"""The manager's variables a group pod's ``serve`` gets the same value of, when set: the swap knobs both engines
+share, and tracing (the pod's spans join the proxy's traces)."""
 
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("METRICS_BIND_ADDRESS", DEFAULT_METRICS, "Address of `/metrics` (`--metrics-bind-address` wins).",
@@ -57,6 +65,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "as soon as it answers, and publish a Ready model's one pod as `status.podEndpoint`, where the "
            "in-cluster proxy forwards; false: the kubelet's probes decide Ready and every request goes through "
            "the model's Service (Helm `controller.podEndpoints`).", Kind.BOOL),
+    EnvVar("FLEXINFER_GROUP_STRATEGIES", "", "How shared GPU groups run, `GROUP=STRATEGY,...` (`GROUP`: a "
+           "`spec.gpu.shared` value, or `namespace/group`, which wins): `Exclusive` (default: one Deployment per "
+           "Model, swaps scale them), `TimeSliced` (one group pod holds the GPU and runs `flexinfer serve` over "
+           "the members, one at a time) or `MemoryShared` (the group pod packs members by memory) (Helm "
+           "`controller.groupStrategies`).", Kind.PAIRS),
 )
 
 
@@ -109,6 +122,8 @@ def manager_config(env: Mapping[str, str], *, metrics_bind_address: str | None =
         policy=ManagerPolicy(election=ElectionPolicy(min_hold=knobs.min_hold, max_wait=knobs.max_wait),
                              drain_timeout=read.duration("FLEXINFER_SWAP_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S),
                              gpu_profiles=parse_gpu_profiles(read.raw("FLEXINFER_GPU_PROFILES")),
-                             pod_endpoints=read.flag("FLEXINFER_POD_ENDPOINTS", True)),
+                             pod_endpoints=read.flag("FLEXINFER_POD_ENDPOINTS", True),
+                             group_strategies=parse_group_strategies(read.raw("FLEXINFER_GROUP_STRATEGIES")),
+                             group_pod_env=tuple((name, env[name]) for name in GROUP_POD_ENV if env.get(name))),
         defaults=controller_defaults(env, warn=settings.warn),
     )

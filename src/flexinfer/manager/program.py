@@ -201,6 +201,7 @@ class Manager:
             await self._operator.stop()
         await self.queue.stop()
         await self.reconciler.prober.close()
+        await self.reconciler.group_pods.close()
         if self.leading:
             await self.elector.release()
         for server in servers:

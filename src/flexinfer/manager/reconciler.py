@@ -14,7 +14,9 @@ says so instead) and the lifecycle observations
 drain ends). A pass that preempts does only that; the proxies' ``ModelDemand`` reports are then read
 afresh from the API server (a quorum read after the ``Preempted`` write; the watch cache when it fails:
 docs/design/kubernetes-proxy.md) and the follow-up pass runs at once with them and the same election.
-The last pass arms the unit's timer. Called by the reconcile queue (``flexinfer.manager.program``).
+The last pass arms the unit's timer. A group whose strategy runs it in a group pod is reconciled by
+``flexinfer.manager.group_pods`` instead (and a group that no longer does has its group pod's objects deleted).
+Called by the reconcile queue (``flexinfer.manager.program``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from flexinfer.core.unit_facts import CacheProblem, StoredModel, UnitFacts
 from flexinfer.core.unit_plan import plan_unit
 from flexinfer.manager.applier import Applier
 from flexinfer.manager.client import KubeApi
+from flexinfer.manager.group_pods import GroupPods
 from flexinfer.manager.lifecycle import LifecycleTracker, PassFacts
 from flexinfer.manager.memory_report import MemoryReport
 from flexinfer.manager.pod_prober import PodProber
@@ -67,12 +70,22 @@ class Reconciler:
         self.lifecycle = LifecycleTracker(sink)
         self.memory = MemoryReport()
         self.prober: PodProber[Unit] = PodProber(lambda unit: wake(unit, clock()), clock)
+        self.group_pods = GroupPods(api, store, self.applier, defaults=defaults, policy=policy, sink=sink,
+                                    wake=lambda unit: wake(unit, clock()))
         self._bad_markers: dict[str, str] = {}
         self._reported_ignored: dict[str, str] = {}
 
     async def reconcile(self, unit: Unit) -> None:
         now = self._clock()
         facts = self.facts(unit, now)
+        if self.group_pods.owns(unit):
+            wake = await self.group_pods.reconcile(unit, facts, reject=self._reject, patch=self._patch,
+                                                   scope=self._scope, declared=self.lifecycle.declared)
+            if wake is not None:
+                self._wake(unit, wake)
+            return
+        if unit.group:
+            await self.group_pods.retire(unit)
         if self._policy.pod_endpoints:
             self.prober.track(unit, (p for bodies in facts.pods.values() for p in bodies))
         plan = plan_unit(facts, self._defaults, self._policy)

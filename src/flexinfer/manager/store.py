@@ -11,7 +11,8 @@ reconcile. Models and ModelCaches are parsed with ``parse_stored``: a quantity o
 pattern existed is ignored (and listed in ``ignored`` for the reconciler to report) instead of discarding the whole
 object. It also remembers when the last pod of each model was deleted (``pods_gone_at``): a device released a
 moment ago may not be rebound yet, and when its watch showed a pod or Deployment turn Ready live (``ready_seen``,
-``flexinfer.manager.ready_watch``): ``put`` takes the moment the watch delivered a body (``seen``; ``None`` for
+``flexinfer.manager.ready_watch``). A group pod's Deployment, Service and pods (label ``flexinfer.ai/group-pod``)
+affect their group's unit. ``put`` takes the moment the watch delivered a body (``seen``; ``None`` for
 listings and the manager's own writes).
 
 A pass reads only its unit's objects: ModelCaches and ModelDemands are kept per namespace, GPULeases per
@@ -27,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from flexinfer.api.conventions import MODEL_LABEL
+from flexinfer.api.conventions import GROUP_POD_LABEL, MODEL_LABEL
 from flexinfer.api.errors import FieldProblem, InvalidResourceError
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.loading import parse_stored
@@ -197,29 +198,36 @@ class Store:
         parsed = self._models.get((namespace, name or ""))
         return [unit_of(parsed.body)] if parsed is not None else []
 
+    def _owner_units(self, body: Body, name: str | None) -> list[Unit]:
+        """The unit of a Model's own object, or of a group pod's (``flexinfer.ai/group-pod``: its group)."""
+        group = ((body.get("metadata") or {}).get("labels") or {}).get(GROUP_POD_LABEL)
+        if group:
+            return [Unit(key_of(body)[0], str(group), True)]
+        return self._model_units(key_of(body)[0], name)
+
     def _put_deployment(self, body: Body) -> list[Unit]:
         key = key_of(body)
         if _stale(body, self._deployments.get(key)):
             return []
         self._deployments[key] = body
-        return self._model_units(key[0], key[1])
+        return self._owner_units(body, key[1])
 
     def _remove_deployment(self, body: Body) -> list[Unit]:
         key = key_of(body)
         self._deployments.pop(key, None)
-        return self._model_units(*key)
+        return self._owner_units(body, key[1])
 
     def _put_service(self, body: Body) -> list[Unit]:
         key = key_of(body)
         if _stale(body, self._services.get(key)):
             return []
         self._services[key] = body
-        return self._model_units(*key)
+        return self._owner_units(body, key[1])
 
     def _remove_service(self, body: Body) -> list[Unit]:
         key = key_of(body)
         self._services.pop(key, None)
-        return self._model_units(*key)
+        return self._owner_units(body, key[1])
 
     def _put_pod(self, body: Body) -> list[Unit]:
         namespace, name = key_of(body)
@@ -227,7 +235,7 @@ class Store:
         if not model:
             return []
         self._pods[(namespace, model)][name] = body
-        return self._model_units(namespace, model)
+        return self._owner_units(body, model)
 
     def _remove_pod(self, body: Body) -> list[Unit]:
         namespace, name = key_of(body)
@@ -235,7 +243,7 @@ class Store:
         pods = self._pods.get((namespace, model or ""), {})
         if pods.pop(name, None) is not None:
             self._pods_gone[(namespace, model or "")] = self._clock()
-        return self._model_units(namespace, model)
+        return self._owner_units(body, model)
 
     def _put_modelcache(self, body: Body) -> list[Unit]:
         namespace, name = key_of(body)

@@ -8,6 +8,7 @@ import pytest
 
 from flexinfer.api import InvalidResourceError, Model, ModelCache, load_paths, parse_documents, parse_resource
 from flexinfer.api.gpulease import GPULease
+from flexinfer.api.loading import load_manifest_text, load_manifest_texts, read_manifest_files
 
 MODEL = """\
 apiVersion: ai.flexinfer/v1alpha2
@@ -129,3 +130,39 @@ def test_parse_resource_rejects_non_mapping_with_index() -> None:
 def test_numbers_given_for_quantities_are_kept_as_text() -> None:
     [model] = parse_documents((MODEL % ("a", "a")).replace('"}', '", resources: {requests: {cpu: 2}}}'))
     assert isinstance(model, Model) and model.spec.resources and model.spec.resources.requests == {"cpu": "2"}
+
+
+def test_a_pushed_text_is_checked_like_a_file_and_located_by_its_source_name(tmp_path: Path) -> None:
+    """``load_manifest_text`` and the files share one path: the same problems, named ``pushed:line:column``
+    (a duplicate too); JSON is a manifest text too."""
+    text = "---\n".join([MODEL % ("a", "a"), MODEL % ("a", "b"), (MODEL % ("c", "c")).replace("llama.cpp", "nope")])
+    (tmp_path / "m.yaml").write_text(text)
+    with pytest.raises(InvalidResourceError) as from_file:
+        load_paths([tmp_path / "m.yaml"])
+    with pytest.raises(InvalidResourceError) as pushed:
+        load_manifest_text(text.encode(), "pushed")
+    file_problems = [str(p).replace(str(tmp_path / "m.yaml"), "pushed") for p in from_file.value.problems]
+    assert [str(p) for p in pushed.value.problems] == file_problems
+    assert file_problems[0].startswith("pushed:14:8: spec.backend: must be one of ")
+    with pytest.raises(InvalidResourceError) as twice:
+        load_manifest_text("---\n".join([MODEL % ("a", "a"), MODEL % ("a", "b")]).encode(), "pushed")
+    assert [str(p) for p in twice.value.problems] == [
+        "pushed:8:12: metadata.name: duplicate Model default/a (first defined at pushed:3:12)"]
+    as_json = b'{"apiVersion": "ai.flexinfer/v1alpha2", "kind": "Model", "metadata": {"name": "j"},\n' \
+              b' "spec": {"backend": "llama.cpp", "source": "HF://org/j", "gpu": {"priority": 5000}}}'
+    with pytest.raises(InvalidResourceError) as json_problem:
+        load_manifest_text(as_json, "pushed")
+    assert str(json_problem.value.problems[0]).startswith("pushed:2:67: spec.gpu.priority: must be ≤ 1000")
+    assert [m.resource.name for m in load_manifest_text(as_json.replace(b"5000", b"5"), "pushed")] == ["j"]
+
+
+def test_undecodable_bytes_are_a_problem_naming_the_source(tmp_path: Path) -> None:
+    with pytest.raises(InvalidResourceError) as info:
+        load_manifest_text(b"kind: \xff\n", "pushed")
+    assert str(info.value.problems[0]).startswith("pushed: cannot read: 'utf-8' codec can't decode byte 0xff")
+    (tmp_path / "bad.yaml").write_bytes(b"kind: \xff\n")
+    (tmp_path / "ok.yaml").write_text(MODEL % ("a", "a"))
+    texts = read_manifest_files([tmp_path])
+    assert [(Path(t.source).name, t.data[:4]) for t in texts] == [("bad.yaml", b"kind"), ("ok.yaml", b"apiV")]
+    with pytest.raises(InvalidResourceError, match=r"bad\.yaml: cannot read"):
+        load_manifest_texts(texts)

@@ -25,6 +25,8 @@ OPEN_OBJECTS = {
 }
 # Free-form string maps (labels, annotations, nodeSelector): any key, string values only.
 STRING_MAPS = {"definitions.stringMap"}
+ENUM_MAPS = {"properties.controller.properties.groupStrategies"}
+"""Maps whose values are one of a few words (the value schema names them)."""
 
 
 @pytest.mark.parametrize(
@@ -96,6 +98,8 @@ def test_every_object_in_the_schema_is_closed() -> None:
             assert extra is True
         elif path in STRING_MAPS:
             assert extra == {"type": "string"}
+        elif path in ENUM_MAPS:
+            assert extra["type"] == "string" and extra["enum"]
         else:
             assert extra is False, f"{path} must set additionalProperties: false"
     assert seen >= OPEN_OBJECTS | STRING_MAPS

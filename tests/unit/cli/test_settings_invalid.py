@@ -38,7 +38,7 @@ FREE_TEXT = {
     "FLEXINFER_STATE_DIR", "FLEXINFER_SHM_ROOT", "PROXY_AUTH_TOKEN", "FLEXINFER_OTEL_SERVICE_NAMESPACE",
     "OTEL_SERVICE_NAME", "POD_NAMESPACE", "POD_NAME", "POD_UID", "KUBECONFIG", "FLEXINFER_FLASH_LOADER_IMAGE",
     "DEFAULT_FLASH_LOADER_IMAGE", "DEFAULT_FLASH_LOADER_EXCLUDE", "DEFAULT_<BACKEND>_IMAGE", "FLASH_SRC", "FLASH_DST",
-    "FLASH_EXCLUDE", "FLEXINFER_HOST",
+    "FLASH_EXCLUDE", "FLEXINFER_HOST", "FLEXINFER_ADMIN_TOKEN",
 }
 """Variables whose every value is valid text (paths, images, names): nothing to reject."""
 
@@ -151,3 +151,17 @@ def test_render_env_file_warns_about_an_unparsable_value_it_replaces(tmp_path: P
     assert "DEFAULT_SHM_SIZE_LIMIT='8Gigs' is not a Kubernetes quantity" in done.stderr
     assert "using the default '8Gi'" in done.stderr
     assert "DEFAULT_FLASH_LOADER_CONCURRENCY='-5' is below the minimum 1; using the default 4" in done.stderr
+
+
+@pytest.mark.parametrize("content", [None, "\n"], ids=["missing", "empty"])
+def test_an_unusable_admin_token_file_stops_serve_with_one_line(content: str | None, tmp_path: Path) -> None:
+    """Fails closed: no admin API without the token it was told to require."""
+    token_file = tmp_path / "admin-token"
+    if content is not None:
+        token_file.write_text(content)
+    done = run_cli(["serve", "--port", "0", "-f", str(EXAMPLES / "local"), "--admin-token-file", str(token_file)], {},
+                   tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    why = f"{token_file} is empty" if content else f"cannot read {token_file}: No such file or directory"
+    assert errors == [f"error: --admin-token-file: {why}"], done.stderr

@@ -202,6 +202,26 @@ async def test_a_ready_models_pod_endpoint_is_where_requests_go_and_the_override
         assert await c.engine(override=False).start(c.model(), Stages()) == Endpoint("http://m.default.svc:8000")
 
 
+async def test_a_group_pods_member_is_forwarded_to_the_pod_in_any_phase_but_failed() -> None:
+    """Issue #28 group-pod mode: while the group pod runs, the manager publishes it as
+    ``sharedGroup.groupEndpoint`` and a member's request goes there at once, whatever the member's phase (the pod
+    starts or swaps it in and holds the request); with the pod gone the request waits for it to come back."""
+    doc = model_body("m", phase="Idle", gpu={"shared": "gpu0"})
+    doc["status"]["sharedGroup"] = {"groupName": "gpu0", "strategy": "TimeSliced", "state": "Queued"}
+    async with cluster(doc) as c:
+        start = asyncio.create_task(c.engine().start(c.model(), Stages()))
+        await c.seen(lambda _: len(c.api.demand_writes) == 1)
+        await c.api.set_status("m", {"phase": "Loading"})
+        await c.seen(lambda _: c.model().status.phase == "Loading")
+        assert not start.done()  # no group pod yet: the request waits
+        await c.api.set_status("m", {"sharedGroup": {"groupEndpoint": "http://10.88.0.9:8080"}})
+        assert await asyncio.wait_for(start, 2) == Endpoint("http://10.88.0.9:8080")
+        await c.api.set_status("m", {"phase": "Failed", "message": "crash-looping in the group pod"})
+        await c.seen(lambda _: c.model().status.phase == "Failed")
+        with pytest.raises(EngineError, match="crash-looping in the group pod"):
+            await c.engine().start(c.model(), Stages())
+
+
 async def test_failed_is_an_engine_error_with_the_status_message() -> None:
     async with cluster(model_body("m", phase="Pending")) as c:
         start = asyncio.create_task(c.engine().start(c.model(), Stages()))

@@ -44,3 +44,26 @@ def test_with_the_override_the_annotated_endpoint_decides() -> None:
     old = model("Ready", annotations={OVERRIDE: "http://127.0.0.1:9000"})
     moved = model("Ready", annotations={OVERRIDE: "http://127.0.0.1:9001"})
     assert left_ready(old, moved, override=True) and not left_ready(old, moved, override=False)
+
+
+def member(phase: str, group_endpoint: str | None) -> Model:
+    """A member of a group that runs in a group pod, as the manager mirrors it."""
+    doc = model_body("m", phase=phase, gpu={"shared": "gpu0"})
+    doc["status"]["sharedGroup"] = {"groupName": "gpu0", "strategy": "TimeSliced", "groupEndpoint": group_endpoint}
+    if phase == "Ready":
+        doc["status"]["podEndpoint"] = group_endpoint
+    return Model.model_validate(doc)
+
+
+@pytest.mark.parametrize(("old", "new", "left"), [
+    (member("Ready", "http://10.0.0.7:8080"), member("Idle", "http://10.0.0.7:8080"), False),
+    (member("Idle", "http://10.0.0.7:8080"), member("Loading", "http://10.0.0.7:8080"), False),
+    (member("Idle", "http://10.0.0.7:8080"), member("Idle", None), True),
+    (member("Ready", "http://10.0.0.7:8080"), member("Failed", "http://10.0.0.7:8080"), True),
+    (member("Idle", "http://10.0.0.7:8080"), member("Idle", "http://10.0.0.9:8080"), True),
+    (member("Idle", None), member("Idle", "http://10.0.0.7:8080"), False),
+])
+def test_a_group_pods_member_is_forwarded_to_the_pod_while_it_runs(old: Model, new: Model, left: bool) -> None:
+    """A swap inside the group pod (Ready → Idle there) keeps the proxy forwarding to the pod; the pod going away,
+    moving, or the member failing sends the next request through demand again."""
+    assert left_ready(old, new, override=False) is left

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flexinfer.core.errors import ConfigError
-from flexinfer.local.config import local_config, state_dir
+from flexinfer.local.config import local_config, resolve_admin_token, state_dir
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -37,3 +37,21 @@ def test_xdg_state_home() -> None:
 def test_malformed_value_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="FLEXINFER_STOP_GRACE"):
         local_config({"FLEXINFER_STOP_GRACE": "soon"}, tmp_path)
+
+
+def test_the_admin_token_comes_from_its_file_or_the_environment(tmp_path: Path) -> None:
+    config = local_config({"FLEXINFER_ADMIN_TOKEN": " from-env \n"}, tmp_path)
+    assert resolve_admin_token(config, None) == "from-env"
+    assert resolve_admin_token(local_config({}, tmp_path), None) == "", "unset: the admin routes follow PROXY_AUTH_*"
+    token_file = tmp_path / "admin-token"
+    token_file.write_text("from-file\n")
+    assert resolve_admin_token(config, token_file) == "from-file", "the file wins, its trailing newline stripped"
+
+
+def test_an_empty_or_unreadable_token_file_stops_start_up_naming_the_flag(tmp_path: Path) -> None:
+    config = local_config({}, tmp_path)
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match=r"^--admin-token-file: .*empty is empty$"):
+        resolve_admin_token(config, tmp_path / "empty")
+    with pytest.raises(ConfigError, match=r"^--admin-token-file: cannot read .*missing: No such file or directory$"):
+        resolve_admin_token(config, tmp_path / "missing")

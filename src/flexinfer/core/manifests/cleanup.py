@@ -16,6 +16,7 @@ from typing import Any
 
 from flexinfer.api.conventions import MANAGED_BY, MANAGED_BY_LABEL, TMPFS_CLEANUP_LABEL
 from flexinfer.api.model import Model
+from flexinfer.core.manifests.deployment import model_tolerations
 from flexinfer.core.manifests.volumes import FLASH_TMPFS_ROOT, TERMINATION_MESSAGE, flash_tmpfs_host_dir
 
 CLEANUP_TTL_S = 120
@@ -39,9 +40,7 @@ def tmpfs_cleanup_job(model: Model, labels: dict[str, str], node: str, image: st
         "containers": [_cleanup_container(model, image)],
         "volumes": [{"name": "flash-tmpfs-root", "hostPath": {"path": FLASH_TMPFS_ROOT, "type": "DirectoryOrCreate"}}],
     }
-    tolerations = [t.to_dict() for t in model.spec.tolerations]
-    if model.gpu_count > 0:
-        tolerations.insert(0, {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})
+    tolerations = model_tolerations(model)
     if tolerations:
         pod_spec["tolerations"] = tolerations
     return {

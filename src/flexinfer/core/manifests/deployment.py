@@ -115,8 +115,7 @@ def _scheduling(model: Model, inputs: PodInputs, replicas: int) -> Json:
     out: Json = {}
     if model.spec.node_selector:
         out["nodeSelector"] = dict(model.spec.node_selector)
-    tolerations = [dict(GPU_TOLERATION)] if model.gpu_count > 0 else []
-    tolerations += [t.to_dict() for t in model.spec.tolerations]
+    tolerations = model_tolerations(model)
     if tolerations:
         out["tolerations"] = tolerations
     if model.gpu_count > 0 and inputs.profile.supplemental_groups:
@@ -126,6 +125,12 @@ def _scheduling(model: Model, inputs: PodInputs, replicas: int) -> Json:
     if replicas > 1:
         out.update(_spread(inputs.selector))
     return out
+
+
+def model_tolerations(model: Model) -> list[Json]:
+    """The GPU toleration (GPU models), then ``spec.tolerations``."""
+    tolerations = [dict(GPU_TOLERATION)] if model.gpu_count > 0 else []
+    return tolerations + [t.to_dict() for t in model.spec.tolerations]
 
 
 def _spread(selector: dict[str, str]) -> Json:
@@ -141,7 +146,7 @@ def _spread(selector: dict[str, str]) -> Json:
 
 
 def _model_container(model: Model, inputs: PodInputs, backend: BackendDefaults, mounts: list[Json]) -> Json:
-    container: Json = {"name": "model", "image": container_image(model, inputs, backend),
+    container: Json = {"name": "model", "image": model_image(model, inputs.defaults, inputs.profile),
                        "imagePullPolicy": inputs.defaults.model_image_pull_policy}
     args = container_args(model, backend)
     if args:
@@ -163,12 +168,13 @@ def _model_container(model: Model, inputs: PodInputs, backend: BackendDefaults, 
     return container
 
 
-def container_image(model: Model, inputs: PodInputs, backend: BackendDefaults) -> str:
+def model_image(model: Model, defaults: ControllerDefaults, profile: RuntimeProfile) -> str:
     """``spec.image`` → ``DEFAULT_<BACKEND>_IMAGE`` → the backend's image for the profile flavour."""
     if model.spec.image:
         return model.spec.image
-    override = inputs.defaults.backend_images.get(backend.name)
-    return override or backend.images[inputs.profile.image_flavour]
+    backend = backend_defaults(model)
+    override = defaults.backend_images.get(backend.name)
+    return override or backend.images[profile.image_flavour]
 
 
 def model_reference(model: Model) -> str:
@@ -208,14 +214,20 @@ def _resources(model: Model, profile: RuntimeProfile) -> Json:
     spec = model.spec.resources
     limits = dict(spec.limits) if spec else {}
     requests = dict(spec.requests) if spec else {}
-    if model.gpu_count > 0 and profile.gpu_resource:
-        limits[profile.gpu_resource] = str(model.gpu_count)
+    limits.update(gpu_limit(model, profile))
     out: Json = {}
     if limits:
         out["limits"] = limits
     if requests:
         out["requests"] = requests
     return out
+
+
+def gpu_limit(model: Model, profile: RuntimeProfile) -> dict[str, str]:
+    """``{<device-plugin resource>: <spec.gpu.count>}`` for a GPU model whose profile has a resource, else ``{}``."""
+    if model.gpu_count > 0 and profile.gpu_resource:
+        return {profile.gpu_resource: str(model.gpu_count)}
+    return {}
 
 
 def _startup_failure_threshold(model: Model) -> int:

@@ -38,6 +38,7 @@ from flexinfer.core.election import (
     waiting_since_of,
 )
 from flexinfer.core.gpu_profiles import GPUProfile
+from flexinfer.core.group_strategy import Strategies
 from flexinfer.core.lifecycle_clock import Activation
 from flexinfer.core.measured_memory import kept
 from flexinfer.core.model_status.build import DeploymentFacts, LoadingDetail, StatusInputs, derive_phase
@@ -70,6 +71,11 @@ class ManagerPolicy:
     pod_endpoints: bool = True
     """``FLEXINFER_POD_ENDPOINTS``: ask a starting pod's server directly and publish a Ready model's one pod as
     ``status.podEndpoint`` (``flexinfer.core.pod_answer``); off, the kubelet's probes and the Service decide."""
+    group_strategies: Strategies = ()
+    """``FLEXINFER_GROUP_STRATEGIES``: the shared groups that run in one group pod
+    (``flexinfer.core.group_strategy``)."""
+    group_pod_env: tuple[tuple[str, str], ...] = ()
+    """The manager's own settings a group pod's ``serve`` gets too (swap knobs, tracing: ``GROUP_POD_ENV``)."""
 
 
 @dataclass(frozen=True)

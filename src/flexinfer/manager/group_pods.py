@@ -1,0 +1,230 @@
+"""Reconciles a shared group that runs in a group pod: the I/O shell around ``flexinfer.core.group_pod_plan``.
+
+A pass (called by the reconciler for units whose group's strategy is ``TimeSliced``/``MemoryShared``,
+``flexinfer.core.group_strategy``): make sure the group's admin-token Secret exists (created once with a random
+token; the pod reads it as ``FLEXINFER_ADMIN_TOKEN``), plan, then write: rejections, the retired members' own
+Deployments and Services (deleted), the ConfigMap (applied when its content changed), the Deployment and
+Service (``Applier``), each member's status patch (a Warning event when a member fails, once per message), the
+link to the running pod (``flexinfer.manager.group_pod_link``) and, when the pod runs another revision of the
+manifests, a push of this pass's. With no member left the group's objects are deleted.
+
+The pod's cold starts and swaps come back through the link and are observed into the manager's histograms
+(same names, labels and buckets as default mode). A member's first cold start in a pod that the manager scaled
+up from zero for it counts from the request that woke the group (its ``lastActiveTime`` then), so the pod's
+own start is in the figure: a cold start measured as such.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from flexinfer.api.conventions import GPU_GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from flexinfer.api.model import Model
+from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.group_pod_plan import GroupPodFacts, GroupPodPass, plan_group_pod
+from flexinfer.core.group_strategy import runs_in_group_pod, strategy_of
+from flexinfer.core.manifests.group_pod import GROUP_POD_PORT, group_pod_name
+from flexinfer.core.model_status.plan import ManagerPolicy
+from flexinfer.core.unit_actions import Rejection
+from flexinfer.core.unit_facts import UnitFacts
+from flexinfer.manager.applier import Applier
+from flexinfer.manager.client import KubeApi
+from flexinfer.manager.group_pod_link import GroupPodLinks, LifecycleEvent, LinkTarget
+from flexinfer.manager.ports import ReconcileScope
+from flexinfer.manager.store import Store, Unit
+from flexinfer.runtime.observer import LifecycleObserver
+
+log = logging.getLogger("flexinfer.manager")
+Body = dict[str, Any]
+TOKEN_KEY = "token"
+
+
+def token_secret_name(group: str) -> str:
+    """The Secret holding a group pod's admin token."""
+    return f"{group_pod_name(group)}-admin"[:63].rstrip("-")
+
+
+class GroupPods:
+    """See the module docstring."""
+
+    def __init__(self, api: KubeApi, store: Store, applier: Applier, *, defaults: ControllerDefaults,
+                 policy: ManagerPolicy, sink: LifecycleObserver, wake: Callable[[Unit], None]) -> None:
+        self._api, self._store, self._applier = api, store, applier
+        self._defaults, self._policy, self._sink = defaults, policy, sink
+        self.links: GroupPodLinks[Unit] = GroupPodLinks(wake, self._replay)
+        self._tokens: dict[tuple[str, str], str] = {}
+        self._configmaps: dict[tuple[str, str], str] = {}
+        self._pushed: dict[Unit, tuple[str, str]] = {}
+        self._woke: dict[Unit, dict[str, datetime]] = {}
+        self._announced: dict[str, str] = {}
+
+    def owns(self, unit: Unit) -> bool:
+        """Whether ``unit`` is a group that runs in a group pod."""
+        return unit.group and runs_in_group_pod(self._policy.group_strategies, unit.namespace, unit.name)
+
+    async def reconcile(self, unit: Unit, facts: UnitFacts, *, reject: Callable[[Rejection], Awaitable[None]],
+                        patch: Callable[[Model, Body], Awaitable[Body]], scope: ReconcileScope,
+                        declared: Callable[[Model], None]) -> datetime | None:
+        """One pass; returns when time alone changes a decision next."""
+        ns, name = unit.namespace, group_pod_name(unit.name)
+        secret = token_secret_name(unit.name)
+        deployment = self._store.deployment(ns, name)
+        pods = list(self._store.pods(ns, name))
+        run = _running(pods)
+        report = self.links.report(unit)
+        if report is not None and (run is None or report.run != _uid(run)):
+            report = None
+        plan = plan_group_pod(GroupPodFacts(facts, ns, strategy_of(self._policy.group_strategies, ns, unit.name),
+                                            deployment, pods, report, secret), self._defaults, self._policy)
+        owners = plan.objects[0]["metadata"].get("ownerReferences", []) if plan.objects else []
+        target = _target(run, await self._token(ns, secret, unit.name, owners)) if plan.objects and run else None
+        for rejection in plan.rejections:
+            await reject(rejection)
+        for model in plan.declared:
+            declared(model)
+        for member in plan.retire:
+            for kind in ("Deployment", "Service"):
+                if await self._api.delete(kind, ns, member):
+                    log.info("model %s/%s: its own %s deleted (group %s runs in a group pod)", ns, member, kind,
+                             unit.name)
+        await self._write_objects(unit, plan, deployment)
+        for mirror in plan.members:
+            if not mirror.patch:
+                continue
+            async with scope("model", mirror.model.namespace, mirror.model.name):
+                body = await patch(mirror.model, mirror.patch)
+                await self._announce(mirror.model, body, mirror.failure)
+        self.links.track(unit, target)
+        await self._push(unit, plan, target)
+        return plan.wake
+
+    async def _write_objects(self, unit: Unit, plan: GroupPodPass, deployment: Body | None) -> None:
+        ns = unit.namespace
+        if not plan.objects:
+            await self._delete_objects(unit, "no member left")
+            return
+        configmap, rendered, service = plan.objects
+        if self._configmaps.get((ns, plan.name)) != plan.revision:
+            await self._api.apply(configmap)
+            self._configmaps[(ns, plan.name)] = plan.revision
+        before = int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
+        if plan.replicas > before:
+            self._woke[unit] = {m.name: m.status.last_active_time for m in plan.declared
+                                if m.status.last_active_time is not None}
+            log.info("group %s: group pod scaled up (%s)", unit, ", ".join(sorted(self._woke[unit])) or "pinned")
+        elif plan.replicas < before:
+            log.info("group %s: every member idle; group pod scaled to zero", unit)
+        await self._applier.apply(rendered)
+        await self._applier.apply(service)
+
+    async def _push(self, unit: Unit, plan: GroupPodPass, target: LinkTarget | None) -> None:
+        """Send this pass's manifests to a pod that runs another revision, once per pod run and revision."""
+        if not plan.push or target is None or self._pushed.get(unit) == (target.run, plan.revision):
+            return
+        self._pushed[unit] = (target.run, plan.revision)
+        if await self.links.push(unit, plan.manifest):
+            log.info("group %s: manifests %s handed to its pod", unit, plan.revision)
+
+    async def _announce(self, model: Model, body: Body, failure: tuple[str, str] | None) -> None:
+        """A Warning event when a member fails in (or with) the group pod, once per message."""
+        text = failure[1] if failure else ""
+        if self._announced.get(model.key, "") == text:
+            return
+        self._announced[model.key] = text
+        if failure is not None:
+            await self._api.post_event(body, "Warning", failure[0], failure[1])
+
+    async def _token(self, namespace: str, name: str, group: str, owners: list[Body]) -> str:
+        """The group pod's admin token: read from its Secret, or a new Secret made with a random one (owned by the
+        members, so it goes with the last of them)."""
+        known = self._tokens.get((namespace, name))
+        if known is not None:
+            return known
+        token = await self._api.secret_value(namespace, name, TOKEN_KEY)
+        if token is None:
+            token = secrets.token_urlsafe(32)
+            body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": name, "namespace": namespace, "ownerReferences": owners,
+                                 "labels": {MANAGED_BY_LABEL: MANAGED_BY, GPU_GROUP_LABEL: group}},
+                    "stringData": {TOKEN_KEY: token}}
+            if not await self._api.create_secret(body):
+                token = await self._api.secret_value(namespace, name, TOKEN_KEY) or token
+        self._tokens[(namespace, name)] = token
+        return token
+
+    def _replay(self, unit: Unit, run: str, events: list[LifecycleEvent]) -> None:
+        """The pod's cold starts and swaps, observed into the manager's histograms."""
+        woke = self._woke.get(unit, {})
+        for event in events:
+            namespace, _, name = event.model.partition("/")
+            parsed = self._store.model(namespace, name)
+            if parsed is None or parsed.model is None:
+                continue
+            if event.kind == "swap":
+                self._sink.swap(parsed.model, event.seconds)
+            elif event.kind == "cold_start":
+                self._sink.cold_start(parsed.model, _from_wake(event, woke.pop(name, None)))
+
+    async def retire(self, unit: Unit) -> None:
+        """A group that no longer runs in a group pod (its strategy changed to ``Exclusive``): stop talking to its
+        pod and delete the pod's objects, once."""
+        name = group_pod_name(unit.name)
+        self.links.track(unit, None)
+        self._woke.pop(unit, None)
+        self._pushed.pop(unit, None)
+        if self._store.deployment(unit.namespace, name) is None and self._store.service(unit.namespace, name) is None:
+            return
+        await self._delete_objects(unit, "it runs Exclusive now")
+
+    async def _delete_objects(self, unit: Unit, why: str) -> None:
+        """Delete the group pod's Deployment, Service, ConfigMap and token Secret."""
+        name, secret = group_pod_name(unit.name), token_secret_name(unit.name)
+        for kind, named in (("Deployment", name), ("Service", name), ("ConfigMap", name), ("Secret", secret)):
+            if await self._api.delete(kind, unit.namespace, named):
+                log.info("group %s: %s; its group pod's %s deleted", unit, why, kind)
+        self._configmaps.pop((unit.namespace, name), None)
+        self._tokens.pop((unit.namespace, secret), None)
+
+    async def close(self) -> None:
+        await self.links.close()
+
+
+def _from_wake(event: LifecycleEvent, woke_at: datetime | None) -> float:
+    """The cold start's seconds, counted from the request that woke the group pod when there was one."""
+    if woke_at is None:
+        return event.seconds
+    try:
+        ended = datetime.fromisoformat(event.at)
+    except ValueError:
+        return event.seconds
+    if ended.tzinfo is None:
+        return event.seconds
+    return max(event.seconds, (ended - woke_at).total_seconds())
+
+
+def _running(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The group pod to talk to: the newest one that runs, has an address and is not being deleted."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("podIP") and (p.get("status") or {}).get("phase") == "Running"]
+    return max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name"))
+
+
+def _target(pod: Mapping[str, Any], token: str) -> LinkTarget:
+    return LinkTarget(_uid(pod), f"http://{pod['status']['podIP']}:{_port(pod)}", token)
+
+
+def _port(pod: Mapping[str, Any]) -> int:
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for port in container.get("ports") or ():
+            if port.get("name") == "http" and isinstance(port.get("containerPort"), int):
+                return int(port["containerPort"])
+    return GROUP_POD_PORT
