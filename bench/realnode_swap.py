@@ -24,6 +24,21 @@ process, ~ms resolution) and from the runtime's timestamp on the server's log li
 "pod Ready (kubelet)" is printed apart: when the kubelet's probe saw the server, after it listened (what
 readiness cost before the manager asked the pod itself). FlexInfer's own part is decision + Deployment scaled
 + Model Ready + reply, on top of Kubernetes' and the server's time.
+
+``--mode group`` runs the same rounds with the group in group-pod mode (``controller.groupStrategies``
+TimeSliced; the members' image is ``hack/build-images group``'s, FlexInfer with llama-server). A round then
+starts with the group pod scaled to zero (every member idled out), so the first request is the group pod's cold
+start; the second is a swap inside the running pod:
+
+    request → Deployment scaled   proxy demand → the manager scales the group pod's Deployment to 1
+    → pod created, scheduled, container running   as above (the pod requests the GPU once)
+    → pod answers                 ``flexinfer serve`` in the pod listens and the manager publishes it
+                                  (``sharedGroup.groupEndpoint``); the proxy forwards the held request
+    → reply                       the pod's engine starts llama-server, one token generated
+
+A swap inside the pod is one stage, request → reply (the pod's engine drains, stops and starts servers); the
+engine's own swap time (the ``flexinfer_model_swap_duration_seconds`` sample the manager replays) is printed
+beside it, and the rest is the proxy's forwarding.
 """
 
 from __future__ import annotations
@@ -121,10 +136,78 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
     return out
 
 
-def setup(node: RealNode) -> str:
-    tars = real_node.build_images("flexinfer", "llamacpp")
+GROUP_POD = f"flexinfer-group-{real_node.SHARED_GROUP}"
+GROUP_STAGES = ("Deployment scaled", "pod created", "scheduled (back-off)", "container running", "pod answers",
+                "reply")
+GROUP_OWN = ("Deployment scaled", "pod answers")
+"""In group-pod mode FlexInfer's own stages of a cold start: the manager's decision, and serve's start in the pod
+until the manager sees it answer (the reply stage is llama.cpp's start and the proxy's forwarding)."""
+
+
+def group_running(obj: dict[str, Any]) -> bool:
+    return any("running" in c.get("state", {}) for c in obj.get("status", {}).get("containerStatuses", []))
+
+
+def forwarded(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("status", {}).get("sharedGroup") or {}).get("groupEndpoint"))
+
+
+def chat(base: str, model: str) -> float:
+    """One request through the proxy; returns when the reply arrived (``time.monotonic``)."""
+    body = json.dumps({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    req = urllib.request.Request(f"{base}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        resp.read()
+    return time.monotonic()
+
+
+def measure_group(watcher: ApiWatch, base: str, model: str, cold: bool) -> dict[str, float]:
+    sent = time.monotonic()
+    reply = chat(base, model)
+    if not cold:
+        return {"reply": reply - sent, "total": reply - sent}
+    marks = {
+        "Deployment scaled": watcher.first(sent, "Deployment", GROUP_POD, lambda o: o["spec"].get("replicas") == 1),
+        "pod created": watcher.first(sent, "Pod", GROUP_POD, lambda o: True),
+        "scheduled (back-off)": watcher.first(sent, "Pod", GROUP_POD, lambda o: condition(o, "PodScheduled")),
+        "container running": watcher.first(sent, "Pod", GROUP_POD, group_running),
+        "pod answers": watcher.first(sent, "Model", model, forwarded),
+        "reply": reply,
+    }
+    out, previous = {}, sent
+    for stage in GROUP_STAGES:
+        at = marks[stage]
+        out[stage] = math.nan if at is None else max(0.0, at - previous)
+        previous = previous if at is None else max(previous, at)
+    out["total"] = reply - sent
+    out["FlexInfer's part"] = sum(out[stage] for stage in GROUP_OWN)
+    return out
+
+
+def swap_seconds(node: RealNode, model: str) -> float:
+    """The sum of the manager's swap samples for ``model`` (the pod's engine's own swap times, replayed)."""
+    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
+    url = f"http://{pod['status']['podIP']}:8080/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("flexinfer_model_swap_duration_seconds_sum") and f'model="{model}"' in line)
+
+
+def group_idle(node: RealNode) -> None:
+    """Until every member idled out and the group pod is gone (scale to zero)."""
+    wait_for(lambda: not node.get("pods", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={GROUP_POD}")["items"], 240,
+             "no group pod")
+
+
+def setup(node: RealNode, mode: str = "default") -> str:
+    names = ("flexinfer", "llamacpp", "group") if mode == "group" else ("flexinfer", "llamacpp")
+    tars = real_node.build_images(*names)
     node.import_images(*tars)
-    real_node.install_chart(node)
+    values = ((f"controller.groupStrategies.{real_node.SHARED_GROUP}=TimeSliced",
+               f"controller.runtime.backendImages.llamacpp={real_node.GROUP_IMAGE}") if mode == "group" else ())
+    real_node.install_chart(node, *values)
     real_node.create_weights(node)
     node.apply(real_node.shared_models_manifest())
     for model in ("tiny-a", "tiny-b"):
@@ -143,6 +226,8 @@ def idle(node: RealNode) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mode", choices=("default", "group"), default="default",
+                        help="default: one Deployment per Model; group: the group runs in one group pod")
     args = parser.parse_args()
     reason = real_node.unavailable_reason()
     if reason:
@@ -150,7 +235,10 @@ def main() -> int:
         return 1
     node = real_node.start()
     try:
-        base = setup(node)
+        base = setup(node, args.mode)
+        if args.mode == "group":
+            group_rounds(node, base, args.rounds)
+            return 0
         results: dict[str, list[dict[str, float]]] = {"cold start tiny-a": [], "swap tiny-a → tiny-b": []}
         with ApiWatch(node) as watcher:  # closed before the node goes down
             for _ in range(args.rounds):
@@ -167,6 +255,26 @@ def main() -> int:
         if node.started:
             real_node.stop()
     return 0
+
+
+def group_rounds(node: RealNode, base: str, rounds: int) -> None:
+    results: dict[str, list[dict[str, float]]] = {"cold start tiny-a (group pod absent)": [],
+                                                  "swap tiny-a → tiny-b (inside the pod)": []}
+    with ApiWatch(node) as watcher:
+        for _ in range(rounds):
+            group_idle(node)
+            results["cold start tiny-a (group pod absent)"].append(measure_group(watcher, base, "tiny-a", True))
+            time.sleep(HOLD_S)  # the hold is policy, not part of a swap
+            before = swap_seconds(node, "tiny-b")
+            swap = measure_group(watcher, base, "tiny-b", False)
+            wait_for(lambda b=before: swap_seconds(node, "tiny-b") > b, 30, "the pod's swap sample")
+            swap["engine swap (pod)"] = swap_seconds(node, "tiny-b") - before
+            results["swap tiny-a → tiny-b (inside the pod)"].append(swap)
+    for what, measured in results.items():
+        print(f"\n{what} ({len(measured)} rounds), median seconds (each round)")
+        for stage in measured[0]:
+            each = " ".join(f"{r[stage]:.3f}" for r in measured)
+            print(f"  {stage:<22} {statistics.median(r[stage] for r in measured):7.3f}   ({each})")
 
 
 if __name__ == "__main__":

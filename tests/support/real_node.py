@@ -35,6 +35,9 @@ IMAGE_TIMEOUT_S = 45 * 60.0
 LLAMACPP_IMAGE = "localhost/flexinfer/llamacpp-server:0.3.36"
 """The CPU model-server image ``hack/build-images llamacpp`` builds: llama.cpp's ``llama-server`` (tag = the
 pinned llama-cpp-python sdist it is built from)."""
+GROUP_IMAGE = "localhost/flexinfer/flexinfer-llamacpp:0.1.0-0.3.36"
+"""The group-pod image ``hack/build-images group`` builds: FlexInfer with llama.cpp's ``llama-server`` beside it
+(tag = FlexInfer's version and the llama-server's)."""
 IMAGE_VALUES = (
     f"controller.runtime.backendImages.llamacpp={LLAMACPP_IMAGE}",
     "controller.runtime.modelImagePullPolicy=IfNotPresent",

@@ -39,7 +39,7 @@ from flexinfer.cluster_proxy.model_api import KubeApiError
 from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status.plan import STAGE_OF_SUBSTAGE
-from flexinfer.core.phases import READY
+from flexinfer.core.phases import COND_CONFIG_VALID, READY, find_condition
 from flexinfer.core.replicas import cold_start_timeout_seconds
 from flexinfer.runtime.ports import Endpoint, ServerReporter
 
@@ -161,15 +161,18 @@ def endpoint_of(model: Model, override_enabled: bool) -> str | None:
 
 def forwarding_endpoint(model: Model, override_enabled: bool) -> str | None:
     """Where the proxy sends the model's requests now: a Ready model's ``endpoint_of``; a member of a group that
-    runs in a group pod (``status.sharedGroup.groupEndpoint`` set while that pod runs), in any phase but
-    Failed, the group pod, which starts or swaps the member in and holds the request meanwhile; else ``None``
-    (signal demand and wait)."""
+    runs in a group pod (``status.sharedGroup.groupEndpoint`` set while that pod runs), in any phase, the group
+    pod, which starts or swaps the member in and holds the request meanwhile (a member that failed to start there
+    too: the pod's engine answers with the failure and starts it again once its backoff has passed) — but not a
+    member the manager refused (``ConfigValid`` False: the pod does not serve it); else ``None`` (signal demand
+    and wait)."""
     if model.status.phase == READY:
         return endpoint_of(model, override_enabled)
     shared = model.status.shared_group
-    if shared is not None and shared.group_endpoint and model.status.phase != "Failed":
-        return shared.group_endpoint
-    return None
+    if shared is None or not shared.group_endpoint:
+        return None
+    valid = find_condition(model.status.conditions, COND_CONFIG_VALID)
+    return None if valid is not None and valid.status == "False" else shared.group_endpoint
 
 
 def failure_message(model: Model) -> str:
@@ -275,9 +278,13 @@ class KubeEngine:
             self._readiness(self._store.get(key))
 
     def _readiness(self, model: Model | None) -> Endpoint | None:
-        """The endpoint once Ready; raises ``EngineError`` for Failed, stalled or deleted models."""
+        """The endpoint once the model is served (``forwarding_endpoint``); raises ``EngineError`` for Failed,
+        stalled or deleted models that are not."""
         if model is None:
             raise EngineError("the Model was deleted")
+        url = forwarding_endpoint(model, self._override)
+        if url:
+            return Endpoint(url)
         phase = model.status.phase
         if phase == "Failed":
             raise EngineError(failure_message(model))
@@ -288,5 +295,4 @@ class KubeEngine:
         if deadline is not None and self._now() >= deadline:
             raise EngineError(f"stalled: no loading progress since {model.status.loading_progress_at} "
                               f"({model.status.message or 'LoadingWeights'})")
-        url = forwarding_endpoint(model, self._override)
-        return Endpoint(url) if url else None
+        return None

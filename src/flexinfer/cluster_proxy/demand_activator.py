@@ -21,13 +21,12 @@ from collections.abc import Callable
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.cluster_proxy.demand import DemandSignal, endpoint_of
+from flexinfer.cluster_proxy.demand import DemandSignal, forwarding_endpoint
 from flexinfer.cluster_proxy.dispatch_sync import DispatcherSync, left_ready
 from flexinfer.cluster_proxy.inflight_report import InflightReporter
 from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.cluster_proxy.wait_marker import WaitMarker, WaitTicket
 from flexinfer.core.errors import ColdStartTimeoutError
-from flexinfer.core.phases import READY
 from flexinfer.runtime.ports import Grant
 
 log = logging.getLogger(__name__)
@@ -157,8 +156,9 @@ class DemandActivator:
         return dataclasses.replace(grant, release=release)
 
     def _current(self, model: Model, grant: Grant) -> bool:
-        """The cluster (watch cache) agrees: the model is Ready at the granted endpoint."""
-        return model.status.phase == READY and endpoint_of(model, self._override) == grant.endpoint.base_url
+        """The cluster (watch cache) agrees: the model is served at the granted endpoint (Ready there, or a group
+        pod's member forwarded to its pod: ``forwarding_endpoint``, the rule the engine's readiness uses too)."""
+        return forwarding_endpoint(model, self._override) == grant.endpoint.base_url
 
     def _changed(self, old: Model | None, new: Model | None) -> None:
         """A model with nothing in flight left Ready in the cluster: withdraw our report now (the swap that
@@ -168,7 +168,7 @@ class DemandActivator:
 
     def _ready(self, key: str) -> bool:
         cached = self._store.get(key)
-        return cached is not None and cached.status.phase == READY
+        return cached is not None and forwarding_endpoint(cached, self._override) is not None
 
     async def heartbeat(self, interval: float = HEARTBEAT_INTERVAL) -> None:
         """Forever: refresh in-flight reports and keep demand alive for models with requests in flight."""

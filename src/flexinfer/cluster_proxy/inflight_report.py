@@ -5,18 +5,16 @@ report (``flexinfer.cluster_proxy.demand_report``) at the RFC 3339 time of its l
 gate, ``flexinfer.core.model_status.plan``: a preempted model keeps its replica while a report younger
 than 30 s exists, bounded by the swap drain timeout). Writes:
 
-- ``busy(model)`` before a request is forwarded. With no report of ours for the model (the first request
-  after an idle period; requests arriving meanwhile wait for the same report instead of each writing one —
-  64 at once took 1.3 s against a busy API server) it writes the report, then reads the Model afresh from
-  the API server: if it is
-  no longer Ready there, the report is withdrawn and ``busy`` returns ``False`` (the caller must not
-  forward the request; it re-activates). The manager, for its part, marks a model Preempted first and
-  then reads the reports afresh, so either the manager sees our report (and drains) or we see the model
-  no longer Ready (and do not forward): a request is never forwarded to a replica the manager is
-  scaling down without a report. With a report of ours already set, a due re-stamp (older than
-  ``refresh``, 10 s) is a plain write in the background, one per model at a time: that report already holds
-  the drain, so no request waits for the write (at c=64, every request in the window used to write and
-  wait, a p99 of half a second);
+- ``busy(model)`` before a request is forwarded. With no report of ours for the model (the first request after an
+  idle period; requests arriving meanwhile wait for the same report instead of each writing one — 64 at once took
+  1.3 s against a busy API server) it writes the report, then reads the Model afresh from the API server: if it is
+  no longer Ready there (nor forwarded to its group pod), the report is withdrawn and ``busy`` returns ``False``
+  (the caller must not forward the request; it re-activates). The manager, for its part, marks a model Preempted
+  first and then reads the reports afresh, so either the manager sees our report (and drains) or we see the model no
+  longer Ready (and do not forward): a request is never forwarded to a replica the manager is scaling down without a
+  report. With a report of ours already set, a due re-stamp (older than ``refresh``, 10 s) is a plain write in the
+  background, one per model at a time: that report already holds the drain, so no request waits for the write (at
+  c=64, every request in the window used to write and wait, a p99 of half a second);
 - ``refresh(busy_keys)`` from the heartbeat: re-stamps busy models every ``refresh``, removes the report
   of models with nothing in flight;
 - ``idle(model, ready)`` when the last request ends: removed at once if the model is no longer Ready in
@@ -31,12 +29,12 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from datetime import datetime
 from typing import Any
 
 from flexinfer.api.model import Model
-from flexinfer.cluster_proxy.demand import rfc3339, utc_now
+from flexinfer.cluster_proxy.demand import forwarding_endpoint, rfc3339, utc_now
 from flexinfer.cluster_proxy.demand_report import DemandReport
 from flexinfer.cluster_proxy.model_api import KubeApiError, ModelApi
 from flexinfer.core.phases import READY
@@ -94,7 +92,7 @@ class InflightReporter:
             log.warning("cannot confirm model %s is Ready (%s); forwarding", model.key, exc)
             return True
         phase = ((stored or {}).get("status") or {}).get("phase")
-        if phase == READY:
+        if phase == READY or _forwarded(stored):
             return True
         self.refusals += 1
         log.info("model %s is no longer Ready in the API server (phase %s); not forwarding", model.key, phase)
@@ -148,3 +146,12 @@ class InflightReporter:
     async def aclose(self) -> None:
         tasks = list(self._background)
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _forwarded(stored: Mapping[str, Any] | None) -> bool:
+    """A group pod's member the API server has forwarded to its running pod (any phase but Failed)."""
+    try:
+        model = Model.model_validate(stored or {})
+    except ValueError:
+        return False
+    return forwarding_endpoint(model, override_enabled=False) is not None

@@ -116,6 +116,8 @@ class GroupPodPass:
     members: tuple[MemberMirror, ...]
     retire: tuple[str, ...]
     """Members whose own (``Exclusive`` mode) Deployment and Service are deleted."""
+    wanted: tuple[str, ...]
+    """The members that want the pod up now (their demand brings it back from zero)."""
     wake: datetime | None
 
 
@@ -148,7 +150,7 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
         now=now, name=name, rejections=tuple(rejections), declared=tuple(members), objects=objects,
         replicas=replicas, manifest=text, revision=revision,
         push=bool(members) and report is not None and report.revision != revision, members=mirrors,
-        retire=tuple(sorted(n for n in bodies if n in unit.deployments)),
+        retire=tuple(sorted(n for n in bodies if n in unit.deployments)), wanted=tuple(sorted(wanted)),
         wake=_wake([m for m in members if m.name in wanted], now))
 
 

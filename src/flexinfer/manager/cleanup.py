@@ -21,6 +21,7 @@ from flexinfer.api.errors import InvalidResourceError
 from flexinfer.api.loading import parse_stored
 from flexinfer.api.model import Model
 from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.manifests.group_pod import group_pod_name
 from flexinfer.core.manifests.render import render_tmpfs_cleanup_job
 from flexinfer.manager.client import KubeApi
 
@@ -42,19 +43,24 @@ def last_node(body: Body) -> str:
     return str(gpu.get("node") or "")
 
 
-async def cleanup_model(api: KubeApi, body: Body, defaults: ControllerDefaults) -> list[str]:
-    """Delete the Deployment and Service, create the tmpfs cleanup Job; returns what was done."""
+async def cleanup_model(api: KubeApi, body: Body, defaults: ControllerDefaults, *,
+                        group_pod: bool = False) -> list[str]:
+    """Delete the Deployment and Service (with ``group_pod``, its group pod's too: every member is being
+    released), create the tmpfs cleanup Job; returns what was done."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     done: list[str] = []
     model = parsed_model(body)
     node = await _node(api, namespace, name, body) if model is not None and model.group is not None else ""
-    for kind in ("Deployment", "Service"):
+    names = [name]
+    if group_pod and model is not None and model.group is not None:
+        names.append(group_pod_name(model.group))
+    for kind, named in ((kind, named) for named in names for kind in ("Deployment", "Service")):
         try:
-            if await api.delete(kind, namespace, name):
-                done.append(f"deleted {kind} {name}")
+            if await api.delete(kind, namespace, named):
+                done.append(f"deleted {kind} {named}")
         except (ApiError, OSError) as error:
-            log.warning("model %s/%s: cannot delete %s: %s (continuing)", namespace, name, kind, error)
+            log.warning("model %s/%s: cannot delete %s %s: %s (continuing)", namespace, name, kind, named, error)
     job = render_tmpfs_cleanup_job(model, node, defaults) if model is not None else None
     if job is not None:
         try:

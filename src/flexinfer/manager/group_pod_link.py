@@ -63,11 +63,18 @@ class GroupPodLinks(Generic[U]):
         self._targets: dict[U, LinkTarget] = {}
         self._tasks: dict[U, asyncio.Task[None]] = {}
         self._reports: dict[U, PodReport] = {}
+        self._missed: set[U] = set()
         self._session: aiohttp.ClientSession | None = None
 
     def report(self, unit: U) -> PodReport | None:
         """The pod's last answer, while it answers."""
         return self._reports.get(unit)
+
+    def asking(self, unit: U) -> bool:
+        """A pod is being polled that has neither answered nor missed ``MISSES`` polls yet (its members' status
+        waits for the first answer rather than being written without it)."""
+        return unit in self._tasks and unit not in self._reports and unit not in self._missed
+
 
     def track(self, unit: U, target: LinkTarget | None) -> None:
         """Poll ``target`` for ``unit`` (a different run replaces the old task; ``None`` stops polling)."""
@@ -77,6 +84,7 @@ class GroupPodLinks(Generic[U]):
         if task is not None:
             task.cancel()
         self._targets.pop(unit, None)
+        self._missed.discard(unit)
         if self._reports.pop(unit, None) is not None:
             self._wake(unit)
         if target is not None:
@@ -106,11 +114,14 @@ class GroupPodLinks(Generic[U]):
             body = await self._get(target, "/admin/status")
             if body is None:
                 misses += 1
-                if misses >= MISSES and self._reports.pop(unit, None) is not None:
-                    log.info("group pod %s stopped answering", unit)
+                if misses >= MISSES and unit not in self._missed:
+                    self._missed.add(unit)
+                    if self._reports.pop(unit, None) is not None:
+                        log.info("group pod %s stopped answering", unit)
                     self._wake(unit)
             else:
                 misses = 0
+                self._missed.discard(unit)
                 after = await self._events(unit, target, after)
                 report = PodReport.from_status(target.run, target.url, body)
                 if report != self._reports.get(unit):

@@ -4,9 +4,12 @@ A pass (called by the reconciler for units whose group's strategy is ``TimeSlice
 ``flexinfer.core.group_strategy``): make sure the group's admin-token Secret exists (created once with a random
 token; the pod reads it as ``FLEXINFER_ADMIN_TOKEN``), plan, then write: rejections, the retired members' own
 Deployments and Services (deleted), the ConfigMap (applied when its content changed), the Deployment and
-Service (``Applier``), each member's status patch (a Warning event when a member fails, once per message), the
-link to the running pod (``flexinfer.manager.group_pod_link``) and, when the pod runs another revision of the
-manifests, a push of this pass's. With no member left the group's objects are deleted.
+Service (``Applier``), the link to the running pod (``flexinfer.manager.group_pod_link``), each member's status
+patch (a Warning event when a member fails, once per message; none while a running pod has not answered its
+first poll yet — a new pod, or a restarted manager's first passes — so a member's ``groupEndpoint`` is not
+withdrawn for a moment) and, when the pod runs another revision of the manifests, a push of this pass's. With no
+member left the group's objects are deleted. The group objects of a group that no longer runs in a group pod
+are deleted too (``retire``).
 
 The pod's cold starts and swaps come back through the link and are observed into the manager's histograms
 (same names, labels and buckets as default mode). A member's first cold start in a pod that the manager scaled
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from flexinfer.api.conventions import GPU_GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
@@ -61,6 +64,7 @@ class GroupPods:
         self._pushed: dict[Unit, tuple[str, str]] = {}
         self._woke: dict[Unit, dict[str, datetime]] = {}
         self._announced: dict[str, str] = {}
+        self._started = datetime.now(UTC)
 
     def owns(self, unit: Unit) -> bool:
         """Whether ``unit`` is a group that runs in a group pod."""
@@ -81,7 +85,9 @@ class GroupPods:
         plan = plan_group_pod(GroupPodFacts(facts, ns, strategy_of(self._policy.group_strategies, ns, unit.name),
                                             deployment, pods, report, secret), self._defaults, self._policy)
         owners = plan.objects[0]["metadata"].get("ownerReferences", []) if plan.objects else []
-        target = _target(run, await self._token(ns, secret, unit.name, owners)) if plan.objects and run else None
+        # The pod reads its token from the Secret at start: it exists before the Deployment asks for a pod.
+        token = await self._token(ns, secret, unit.name, owners) if plan.objects else None
+        target = _target(run, token) if token is not None and run else None
         for rejection in plan.rejections:
             await reject(rejection)
         for model in plan.declared:
@@ -92,13 +98,14 @@ class GroupPods:
                     log.info("model %s/%s: its own %s deleted (group %s runs in a group pod)", ns, member, kind,
                              unit.name)
         await self._write_objects(unit, plan, deployment)
+        self.links.track(unit, target)
+        waiting = self.links.asking(unit)  # a running pod not heard from yet (a new pod, a restarted manager)
         for mirror in plan.members:
-            if not mirror.patch:
+            if not mirror.patch or (waiting and report is None):
                 continue
             async with scope("model", mirror.model.namespace, mirror.model.name):
                 body = await patch(mirror.model, mirror.patch)
                 await self._announce(mirror.model, body, mirror.failure)
-        self.links.track(unit, target)
         await self._push(unit, plan, target)
         return plan.wake
 
@@ -114,7 +121,7 @@ class GroupPods:
         before = int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
         if plan.replicas > before:
             self._woke[unit] = {m.name: m.status.last_active_time for m in plan.declared
-                                if m.status.last_active_time is not None}
+                                if m.name in plan.wanted and m.status.last_active_time is not None}
             log.info("group %s: group pod scaled up (%s)", unit, ", ".join(sorted(self._woke[unit])) or "pinned")
         elif plan.replicas < before:
             log.info("group %s: every member idle; group pod scaled to zero", unit)
@@ -157,9 +164,14 @@ class GroupPods:
         return token
 
     def _replay(self, unit: Unit, run: str, events: list[LifecycleEvent]) -> None:
-        """The pod's cold starts and swaps, observed into the manager's histograms."""
+        """The pod's cold starts and swaps, observed into the manager's histograms; those that ended before this
+        manager started are left out (a manager that ran then observed them: a restart must not count them
+        twice)."""
         woke = self._woke.get(unit, {})
         for event in events:
+            ended = _moment(event.at)
+            if ended is not None and ended < self._started:
+                continue
             namespace, _, name = event.model.partition("/")
             parsed = self._store.model(namespace, name)
             if parsed is None or parsed.model is None:
@@ -193,15 +205,19 @@ class GroupPods:
         await self.links.close()
 
 
+def _moment(text: str) -> datetime | None:
+    """An event's RFC 3339 time (``None``: unreadable or without a zone)."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def _from_wake(event: LifecycleEvent, woke_at: datetime | None) -> float:
     """The cold start's seconds, counted from the request that woke the group pod when there was one."""
-    if woke_at is None:
-        return event.seconds
-    try:
-        ended = datetime.fromisoformat(event.at)
-    except ValueError:
-        return event.seconds
-    if ended.tzinfo is None:
+    ended = _moment(event.at)
+    if woke_at is None or ended is None:
         return event.seconds
     return max(event.seconds, (ended - woke_at).total_seconds())
 

@@ -33,6 +33,7 @@ from flexinfer.api.conventions import WAITING_SINCE_ANNOTATION
 from flexinfer.api.model import Model
 from flexinfer.api.modeldemand import ModelDemand
 from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.manifests.group_pod import group_pod_name
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.core.unit_actions import IgnoredFields, MemberAction, Preemption, Rejection, UnitPlan
 from flexinfer.core.unit_facts import CacheProblem, StoredModel, UnitFacts
@@ -120,6 +121,8 @@ class Reconciler:
         names = [m.name for m in (p.model for p in parsed) if m is not None]
         deployments = {n: d for n in names if (d := self._store.deployment(ns, n)) is not None}
         pods = {n: list(self._store.pods(ns, n)) for n in names}
+        if unit.group and (held := list(self._store.pods(ns, group_pod_name(unit.name)))):
+            pods[group_pod_name(unit.name)] = held  # a group pod still holds the device (back to Exclusive)
         return UnitFacts(
             now=now, models=[StoredModel(p.body, p.model, p.error, p.ignored) for p in parsed],
             deployments=deployments, pods=pods, ready_seen=self._ready_seen(ns, deployments, pods),

@@ -6,7 +6,8 @@ Model that cannot be deleted and no cleanup Job behind. In this order:
 1. the manager is stopped (its Deployment scaled to zero, then its pods gone), so nothing recreates what
    the next steps remove;
 2. every Model, in every namespace, is cleaned up as a deletion would (``flexinfer.manager.cleanup``: its
-   Deployment and Service deleted, the tmpfs cleanup Job created on the node its pod ran on), and the
+   Deployment and Service deleted, and its group pod's in group-pod mode; the tmpfs cleanup Job created on the
+   node its pod ran on), and the
    finalizer ``flexinfer.ai/model-cleanup`` is removed. The Model objects themselves stay, like the CRDs: a
    later install runs them again; ``kubectl delete mdl`` now deletes them at once;
 3. the tmpfs cleanup Jobs are waited for, then deleted with their pods (finished or not);
@@ -120,7 +121,7 @@ class Uninstall:
 
     async def release(self, body: Body) -> None:
         """Clean the Model up as its deletion would, then remove its finalizer."""
-        await cleanup_model(self.api, body, self.plan.defaults)
+        await cleanup_model(self.api, body, self.plan.defaults, group_pod=True)
         meta = body.get("metadata") or {}
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         for _ in range(5):  # a concurrent edit moves the finalizer: read again and retry

@@ -202,10 +202,12 @@ async def test_a_ready_models_pod_endpoint_is_where_requests_go_and_the_override
         assert await c.engine(override=False).start(c.model(), Stages()) == Endpoint("http://m.default.svc:8000")
 
 
-async def test_a_group_pods_member_is_forwarded_to_the_pod_in_any_phase_but_failed() -> None:
+async def test_a_group_pods_member_is_forwarded_to_the_pod_in_any_phase_unless_refused() -> None:
     """Issue #28 group-pod mode: while the group pod runs, the manager publishes it as
     ``sharedGroup.groupEndpoint`` and a member's request goes there at once, whatever the member's phase (the pod
-    starts or swaps it in and holds the request); with the pod gone the request waits for it to come back."""
+    starts or swaps it in and holds the request; one that failed to start there is answered and retried by the
+    pod); with the pod gone the request waits for it to come back; a member the manager refused is not
+    forwarded."""
     doc = model_body("m", phase="Idle", gpu={"shared": "gpu0"})
     doc["status"]["sharedGroup"] = {"groupName": "gpu0", "strategy": "TimeSliced", "state": "Queued"}
     async with cluster(doc) as c:
@@ -216,9 +218,14 @@ async def test_a_group_pods_member_is_forwarded_to_the_pod_in_any_phase_but_fail
         assert not start.done()  # no group pod yet: the request waits
         await c.api.set_status("m", {"sharedGroup": {"groupEndpoint": "http://10.88.0.9:8080"}})
         assert await asyncio.wait_for(start, 2) == Endpoint("http://10.88.0.9:8080")
-        await c.api.set_status("m", {"phase": "Failed", "message": "crash-looping in the group pod"})
-        await c.seen(lambda _: c.model().status.phase == "Failed")
-        with pytest.raises(EngineError, match="crash-looping in the group pod"):
+        await c.api.set_status("m", {"phase": "Failed", "message": "llama-server exited with status 1"})
+        await c.seen(lambda _: c.model().status.phase == "Failed")  # the pod answers it, and retries it later
+        assert await c.engine().start(c.model(), Stages()) == Endpoint("http://10.88.0.9:8080")
+        refused = {"type": "ConfigValid", "status": "False", "reason": "ValidationFailed",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        await c.api.set_status("m", {"message": "runs another image than its group", "conditions": [refused]})
+        await c.seen(lambda _: bool(c.model().status.conditions))
+        with pytest.raises(EngineError, match="runs another image than its group"):
             await c.engine().start(c.model(), Stages())
 
 

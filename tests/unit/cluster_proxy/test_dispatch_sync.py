@@ -59,11 +59,12 @@ def member(phase: str, group_endpoint: str | None) -> Model:
     (member("Ready", "http://10.0.0.7:8080"), member("Idle", "http://10.0.0.7:8080"), False),
     (member("Idle", "http://10.0.0.7:8080"), member("Loading", "http://10.0.0.7:8080"), False),
     (member("Idle", "http://10.0.0.7:8080"), member("Idle", None), True),
-    (member("Ready", "http://10.0.0.7:8080"), member("Failed", "http://10.0.0.7:8080"), True),
+    (member("Ready", "http://10.0.0.7:8080"), member("Failed", "http://10.0.0.7:8080"), False),
     (member("Idle", "http://10.0.0.7:8080"), member("Idle", "http://10.0.0.9:8080"), True),
     (member("Idle", None), member("Idle", "http://10.0.0.7:8080"), False),
 ])
 def test_a_group_pods_member_is_forwarded_to_the_pod_while_it_runs(old: Model, new: Model, left: bool) -> None:
-    """A swap inside the group pod (Ready → Idle there) keeps the proxy forwarding to the pod; the pod going away,
-    moving, or the member failing sends the next request through demand again."""
+    """A swap inside the group pod (Ready → Idle there) keeps the proxy forwarding to the pod, as does a start that
+    failed there (the pod answers and retries it); the pod going away or moving sends the next request through
+    demand again."""
     assert left_ready(old, new, override=False) is left
