@@ -1,8 +1,9 @@
 """Group-pod mode (issue #28): a shared group whose strategy is ``TimeSliced`` runs in one group pod — against a
 real kube-apiserver, with a real ``flexinfer serve`` (real llama.cpp servers) standing in for the group pod's
-container on loopback (the testbed runs no kubelet: the test writes the pod as the ReplicaSet and kubelet would,
-its ``podIP`` 127.0.0.1 and its ``http`` port the one ``serve`` listens on, and starts ``serve`` with the
-manifests of the ConfigMap the manager rendered and the admin token of the Secret it made).
+container on loopback (the testbed runs no kubelet: ``support.group_pod.StandIn`` starts ``serve`` with the
+Deployment's own command, the manifests of the ConfigMap the manager rendered and the admin token of the Secret it
+made, and writes the pod as the ReplicaSet and kubelet would, its ``podIP`` 127.0.0.1 and its ``http`` port the one
+``serve`` listens on).
 
 The group pod is scaled up by demand and down once every member is idle; the members' phases follow the pod's
 own swaps (``kubectl get mdl`` shows them) and ``sharedGroup.groupEndpoint`` names the pod; the pod's cold starts
@@ -12,25 +13,24 @@ group pod's objects."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, ServiceAccount
+from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
 from flexinfer.core.manifest_revision import manifest_revision
 from flexinfer.manager.client import ModelResource
+from support.group_pod import IMAGE, StandIn, admin, chat
+from support.group_pod import member as group_member
 from support.kube_testbed import KubeTestbed
-from support.llama_server import TINY_ARGS, needs_llama_server
-from support.local_serve import ServeProcess, histogram_count, serve_env
+from support.llama_server import needs_llama_server
+from support.local_serve import histogram_count
 from support.manager_harness import TEST_POLICY, Cluster, cluster, kube_testbed, manager_config, start_manager
 from support.tiny_gguf import write_tiny_gguf
 
@@ -41,80 +41,21 @@ NAME = "flexinfer-group-tiny"
 Body = dict[str, Any]
 
 
-def member(weights: Path, image: str = "ghcr.io/example/flexinfer-llamacpp:1", **extra: Any) -> Body:
-    return {"backend": "llamacpp", "source": weights.resolve().as_uri(), "image": image,
-            "gpu": {"shared": GROUP}, "config": {"args": TINY_ARGS},
-            "serverless": {"idleTimeout": "2s"}, **extra}
-
-
-async def group_pod(c: Cluster, port: int) -> str:
-    """The pod the group Deployment's ReplicaSet would create, running at 127.0.0.1:``port``."""
-    deployment = (await c.client.get(Deployment, NAME, namespace=c.namespace)).to_dict()
-    template = deployment["spec"]["template"]
-    with_port = [{"name": "flexinfer", "image": template["spec"]["containers"][0]["image"],
-                  "ports": [{"name": "http", "containerPort": port}]}]
-    try:  # no service-account controller runs in the testbed; the admission plugin still wants the account
-        await c.client.create(ServiceAccount.from_dict({"metadata": {"name": "default", "namespace": c.namespace}}))
-    except ApiError as error:
-        if error.status.code != 409:
-            raise
-    name = f"{NAME}-6f7d9-x2k4p"
-    await c.client.create(Pod.from_dict({
-        "metadata": {"name": name, "namespace": c.namespace, "labels": template["metadata"]["labels"]},
-        "spec": {"automountServiceAccountToken": False, "containers": with_port}}))
-    await c.client.patch(Pod.Status, name, {"status": {"phase": "Running", "podIP": "127.0.0.1"}},
-                         namespace=c.namespace, patch_type=PatchType.MERGE)
-    return name
-
-
-async def admin(url: str, token: str | None) -> tuple[int, Body]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession() as http, http.get(f"{url}/admin/status", headers=headers) as reply:
-        return reply.status, await reply.json()
-
-
-async def chat(url: str, model: str) -> None:
-    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
-    async with aiohttp.ClientSession() as http, http.post(f"{url}/v1/chat/completions", json=body) as reply:
-        assert reply.status == 200, await reply.text()
-        assert (await reply.json())["choices"]
-
-
-class Pod_:
-    """The running stand-in of the group pod's container."""
-
-    def __init__(self) -> None:
-        self.serve: ServeProcess | None = None
-
-    async def start(self, c: Cluster, tmp_path: Path) -> tuple[str, str]:
-        """``serve`` over the ConfigMap's manifests with the Secret's token; returns (url, token)."""
-        configmap = (await c.client.get(ConfigMap, NAME, namespace=c.namespace)).to_dict()
-        secret = (await c.client.get(Secret, f"{NAME}-admin", namespace=c.namespace)).to_dict()
-        token = base64.b64decode(secret["data"]["token"]).decode()
-        manifests = tmp_path / "pod" / "models.yaml"
-        manifests.parent.mkdir(parents=True, exist_ok=True)
-        manifests.write_text(configmap["data"]["models.yaml"])
-        env = serve_env(tmp_path / "pod-state", FLEXINFER_ADMIN_TOKEN=token)
-        self.serve = await asyncio.to_thread(ServeProcess.start, manifests, env, 60.0, ("--no-watch",))
-        return self.serve.url, token
-
-    def stop(self) -> None:
-        if self.serve is not None:
-            self.serve.stop()
-            self.serve = None
+def member(weights: Path, image: str = IMAGE, **extra: Any) -> Body:
+    return group_member(GROUP, weights, image, **extra)
 
 
 @pytest.fixture
-async def pod() -> AsyncIterator[Pod_]:
-    running = Pod_()
+async def pod() -> AsyncIterator[StandIn]:
+    stand_in = StandIn(GROUP)
     try:
-        yield running
+        yield stand_in
     finally:
-        running.stop()
+        stand_in.stop()
 
 
 async def test_a_time_sliced_group_runs_in_one_group_pod(kube_testbed: KubeTestbed, tmp_path: Path,
-                                                         pod: Pod_) -> None:
+                                                         pod: StandIn) -> None:
     weights = {n: write_tiny_gguf(tmp_path / n / "model.gguf", seed=i) for i, n in enumerate(("a", "b"))}
     policy = replace(TEST_POLICY, group_strategies=((GROUP, "TimeSliced"),))
     async with cluster(kube_testbed) as c:
@@ -130,9 +71,9 @@ async def test_a_time_sliced_group_runs_in_one_group_pod(kube_testbed: KubeTestb
             await c.demand("a")  # the proxy's demand brings the group pod up
             await c.replicas_are(NAME, 1)
             await c.phase_is("a", "Loading")
-            url, token = await pod.start(c, tmp_path)
-            port = int(url.rsplit(":", 1)[1])
-            await group_pod(c, port)
+            run = await pod.start(c, tmp_path)
+            url, token = run.url, run.token
+            assert "--no-watch" in run.args  # the rendered command's own flags
 
             async def forwarded() -> Body | None:
                 status = await c.status("a")
@@ -160,7 +101,7 @@ async def test_a_time_sliced_group_runs_in_one_group_pod(kube_testbed: KubeTestb
                 _, status = await admin(url, token)
                 return pushed if pushed != revision and status["config"]["revision"] == pushed else None
             await c.wait_for(handed_over, what="the changed Model handed to the running pod")
-            assert pod.serve is not None and pod.serve.proc.poll() is None  # reloaded, not restarted
+            assert run.serve.proc.poll() is None and len(pod.runs) == 1  # reloaded, not restarted
 
             await c.create_model("c", **member(weights["a"], image="ghcr.io/example/other:2"))
             failed = await c.phase_is("c", "Failed")

@@ -11,7 +11,9 @@ the members; its local engine swaps and packs them. The manager's part, decided 
   1 while any member is wanted (not serverless, pinned by ``minReplicas``/warm primary, a request waits or runs
   for it, its last request is younger than its idle timeout, or the pod runs, loads or queues it) and 0 once
   none is (scale to zero; the next request's demand brings the pod back, a cold start). While a member's own
-  pod from ``Exclusive`` mode still holds the device, the group pod waits at 0 (no scheduler back-off);
+  pod from ``Exclusive`` mode, or the previous group pod (scaled to zero, still terminating), holds the device,
+  the group pod waits at 0 (no Pending on the device, no scheduler back-off; a terminating group pod whose
+  containers have exited is ``reap``ed at once);
   ``retire`` lists those members' own Deployments and Services to delete;
 - ``members``: each member's status mirrored from the pod's report (``flexinfer.core.group_pod_report``):
   its phase there, ``Failed`` with the pod's last error; before the pod answers, ``Loading`` for the members
@@ -34,6 +36,7 @@ from flexinfer.api.modelcache import ModelCache
 from flexinfer.core import phases
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.demand_view import demand_view, with_demand
+from flexinfer.core.device_handover import holds_device, reapable
 from flexinfer.core.election import waiting_since_of
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.flashloader_settings import cache_matches_model
@@ -59,7 +62,13 @@ from flexinfer.core.model_status.build import (
     status_patch,
 )
 from flexinfer.core.model_status.plan import ManagerPolicy, busy_proxies
-from flexinfer.core.model_status.pod_failure import PodFailure, pod_failure, shown_failure
+from flexinfer.core.model_status.pod_failure import (
+    PodFailure,
+    device_held_by_group,
+    device_settles_at,
+    pod_failure,
+    shown_failure,
+)
 from flexinfer.core.replicas import desired_replicas, idle_timeout_seconds
 from flexinfer.core.unit_actions import Rejection
 from flexinfer.core.unit_facts import UnitFacts
@@ -87,6 +96,8 @@ class GroupPodFacts:
     """The pod's last answer (``None``: no pod answers now)."""
     token_secret: str
     """The Secret holding the pod's admin token."""
+    gone_at: datetime | None = None
+    """When a group pod was last seen deleted (``None``: not since the manager started)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,9 @@ class GroupPodPass:
     wanted: tuple[str, ...]
     """The members that want the pod up now (their demand brings it back from zero)."""
     wake: datetime | None
+    reap: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of terminating group pods whose containers have all exited: deleted at once (grace
+    period 0) so the next group pod gets the device without waiting for the kubelet."""
 
 
 def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: ManagerPolicy) -> GroupPodPass:
@@ -136,7 +150,10 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
     name = group_pod_name(group)
     own_pods = [n for n in bodies if any(not _gone(p) for p in unit.pods.get(n, ()))]
     wanted = {m.name for m in members if _wanted(m, facts, policy)}
-    replicas = 1 if wanted and not own_pods else 0
+    terminating = [p for p in facts.pods if (p.get("metadata") or {}).get("deletionTimestamp") and holds_device(p)]
+    scaled = int(((facts.deployment or {}).get("spec") or {}).get("replicas") or 0)
+    # From zero, a new group pod is made only once the last one is gone (no Pending on the device, no back-off).
+    replicas = 1 if wanted and not own_pods and (scaled > 0 or not terminating) else 0
     plan = GroupPodPlan(namespace=facts.namespace, group=group, strategy=facts.strategy, replicas=replicas,
                         budget_mib=_budget(facts.strategy, members, policy), token_secret=facts.token_secret,
                         drain_timeout_s=policy.drain_timeout, env=policy.group_pod_env)
@@ -151,7 +168,9 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
         replicas=replicas, manifest=text, revision=revision,
         push=bool(members) and report is not None and report.revision != revision, members=mirrors,
         retire=tuple(sorted(n for n in bodies if n in unit.deployments)), wanted=tuple(sorted(wanted)),
-        wake=_wake([m for m in members if m.name in wanted], now))
+        wake=_earliest(_wake([m for m in members if m.name in wanted], now),
+                       device_settles_at({name: facts.gone_at} if facts.gone_at else {}, now)),
+        reap=reapable({name}, {name: terminating}))
 
 
 def _gone(pod: Mapping[str, Any]) -> bool:
@@ -198,7 +217,9 @@ def _mirror(model: Model, facts: GroupPodFacts, policy: ManagerPolicy, name: str
         if phase == phases.FAILED:
             failure = ("StartFailed", reported.last_error if reported and reported.last_error else "the server failed")
     elif starting:
-        found: PodFailure | None = pod_failure(pod, previous=shown_failure(stored))
+        held = device_held_by_group(name, {name: list(facts.pods)}, {name: facts.gone_at} if facts.gone_at else {},
+                                    now, shared=False)  # the last group pod releases the device: a wait, no failure
+        found: PodFailure | None = pod_failure(pod, gpu_wait_expected=held, previous=shown_failure(stored))
         phase = phases.FAILED if found is not None else phases.LOADING
         failure = (found.reason, found.message) if found is not None else None
         loading = loading_detail(pod)
@@ -227,6 +248,10 @@ _SOURCES = frozenset({"measured", "declared", "estimated", "unknown"})
 
 def _group_url(name: str, namespace: str) -> str:
     return f"http://{name}.{namespace}.svc:{GROUP_POD_PORT}"
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
+    return min((m for m in moments if m is not None), default=None)
 
 
 def _wake(members: Sequence[Model], now: datetime) -> datetime | None:

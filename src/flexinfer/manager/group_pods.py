@@ -83,7 +83,8 @@ class GroupPods:
         if report is not None and (run is None or report.run != _uid(run)):
             report = None
         plan = plan_group_pod(GroupPodFacts(facts, ns, strategy_of(self._policy.group_strategies, ns, unit.name),
-                                            deployment, pods, report, secret), self._defaults, self._policy)
+                                            deployment, pods, report, secret, self._store.pods_gone_at(ns, name)),
+                              self._defaults, self._policy)
         owners = plan.objects[0]["metadata"].get("ownerReferences", []) if plan.objects else []
         # The pod reads its token from the Secret at start: it exists before the Deployment asks for a pod.
         token = await self._token(ns, secret, unit.name, owners) if plan.objects else None
@@ -97,6 +98,10 @@ class GroupPods:
                 if await self._api.delete(kind, ns, member):
                     log.info("model %s/%s: its own %s deleted (group %s runs in a group pod)", ns, member, kind,
                              unit.name)
+        for namespace, pod in plan.reap:
+            if await self._api.delete("Pod", namespace, pod, grace_period=0):
+                log.info("group pod %s/%s: its containers have exited; deleted now so the next one gets the GPU",
+                         namespace, pod)
         await self._write_objects(unit, plan, deployment)
         self.links.track(unit, target)
         waiting = self.links.asking(unit)  # a running pod not heard from yet (a new pod, a restarted manager)

@@ -145,3 +145,41 @@ def test_the_pod_goes_to_zero_only_once_the_idle_timeout_has_passed(offset_ms: i
     assert later.replicas == 0 and later.wake is None
     assert plan(member("a"), now=last + timedelta(seconds=59), demands=(demand("a", last),),
                 pod=report(None, a="Idle")).replicas == 1
+
+
+def group_pod(terminating: bool, exited: bool = False, pending_on_gpu: bool = False) -> Body:
+    meta: Body = {"name": "flexinfer-group-g-1", "namespace": "ns", "creationTimestamp": rfc3339(NOW)}
+    if terminating:
+        meta["deletionTimestamp"] = rfc3339(NOW)
+    state = {"terminated": {"exitCode": 0}} if exited else {"running": {}}
+    status: Body = {"phase": "Running", "containerStatuses": [{"name": "flexinfer", "state": state}]}
+    if pending_on_gpu:
+        status = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                      "reason": "Unschedulable",
+                                                      "message": "1 Insufficient amd.com/gpu."}]}
+    spec = {"containers": [{"name": "flexinfer", "resources": {"limits": {"amd.com/gpu": "1"}}}]}
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def test_from_zero_the_next_group_pod_waits_until_the_last_one_released_the_device() -> None:
+    """A request right after the pod was scaled to zero: the old pod still terminates, so the Deployment stays at
+    zero (its pod would be Pending on the device, then wait out the scheduler's back-off); once its containers
+    exited it is deleted at once; a pod Pending on the device just after the old one went is a wait, not a
+    failure."""
+    wanted = (demand("a", NOW),)
+    at_zero = {"spec": {"replicas": 0}}
+
+    def result(*pods: Body, gone: datetime | None = None) -> GroupPodPass:
+        unit = UnitFacts(NOW, (member("a"),), reports=wanted, group="g")
+        facts = GroupPodFacts(unit, "ns", "TimeSliced", at_zero, list(pods), None, "s", gone)
+        return plan_group_pod(facts, ControllerDefaults(), POLICY)
+
+    assert result(group_pod(terminating=True)).replicas == 0
+    exited = result(group_pod(terminating=True, exited=True))
+    assert exited.replicas == 0 and exited.reap == (("ns", "flexinfer-group-g-1"),)
+    assert result().replicas == 1
+    waiting = result(group_pod(terminating=False, pending_on_gpu=True), gone=NOW - timedelta(seconds=1))
+    assert statuses(waiting) == {"a": "Loading"}
+    assert waiting.wake is not None and waiting.wake <= NOW + timedelta(seconds=10)
+    unexplained = result(group_pod(terminating=False, pending_on_gpu=True))
+    assert statuses(unexplained) == {"a": "Failed"}
