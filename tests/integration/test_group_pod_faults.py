@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from flexinfer.assembly.proxy import start_proxy
 from flexinfer.core.gpu_profiles import GPUProfile
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.manager.group_pod_link import MISSES, POLL_RUNNING
-from support.group_pod import StandIn, admin, alive, chat, group_object_name, member
+from support.group_pod import StandIn, admin, alive, chat, group_object_name, member, pod
 from support.kube_testbed import KubeTestbed
 from support.llama_server import needs_llama_server
 from support.local_serve import fake_server_command, histogram_count
@@ -47,7 +46,7 @@ from support.polling import eventually
 from support.tiny_gguf import write_tiny_gguf
 
 pytestmark = [pytest.mark.integration, needs_llama_server]
-__all__ = ["kube_testbed"]
+__all__ = ["kube_testbed", "pod"]
 GROUP = "faults"
 NAME = group_object_name(GROUP)
 Body = dict[str, Any]
@@ -63,15 +62,6 @@ WRITE_SLACK = 1.5
 
 def policy(strategy: str = "TimeSliced", **fields: Any) -> ManagerPolicy:
     return replace(TEST_POLICY, group_strategies=((GROUP, strategy),), **fields)
-
-
-@pytest.fixture
-async def pod() -> AsyncIterator[StandIn]:
-    stand_in = StandIn(GROUP)
-    try:
-        yield stand_in
-    finally:
-        stand_in.stop()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ group pod's objects."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from lightkube.types import PatchType
 
 from flexinfer.core.manifest_revision import manifest_revision
 from flexinfer.manager.client import ModelResource
-from support.group_pod import IMAGE, StandIn, admin, chat
+from support.group_pod import IMAGE, StandIn, admin, chat, pod
 from support.group_pod import member as group_member
 from support.kube_testbed import KubeTestbed
 from support.llama_server import needs_llama_server
@@ -35,7 +34,7 @@ from support.manager_harness import TEST_POLICY, Cluster, cluster, kube_testbed,
 from support.tiny_gguf import write_tiny_gguf
 
 pytestmark = [pytest.mark.integration, needs_llama_server]
-__all__ = ["kube_testbed"]
+__all__ = ["kube_testbed", "pod"]
 GROUP = "tiny"
 NAME = "flexinfer-group-tiny"
 Body = dict[str, Any]
@@ -43,15 +42,6 @@ Body = dict[str, Any]
 
 def member(weights: Path, image: str = IMAGE, **extra: Any) -> Body:
     return group_member(GROUP, weights, image, **extra)
-
-
-@pytest.fixture
-async def pod() -> AsyncIterator[StandIn]:
-    stand_in = StandIn(GROUP)
-    try:
-        yield stand_in
-    finally:
-        stand_in.stop()
 
 
 async def test_a_time_sliced_group_runs_in_one_group_pod(kube_testbed: KubeTestbed, tmp_path: Path,

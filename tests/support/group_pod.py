@@ -20,12 +20,13 @@ import glob
 import os
 import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, ServiceAccount
@@ -204,3 +205,13 @@ def _group_of(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+@pytest.fixture
+async def pod(request: pytest.FixtureRequest) -> AsyncIterator[StandIn]:
+    """The stand-in of the group pod of the requesting module's ``GROUP``, stopped after the test."""
+    stand_in = StandIn(request.module.GROUP)
+    try:
+        yield stand_in
+    finally:
+        stand_in.stop()

@@ -375,3 +375,14 @@ class ApiWatch:
             if at >= after and k == kind and label == name and predicate(obj):
                 return at
         return None
+
+
+def manager_metrics(node: RealNode) -> dict[tuple[str, str], float]:
+    """``(sample name, model)`` → value from the manager pod's /metrics (the host reaches pod IPs)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {(s.name, s.labels.get("model", "")): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}

@@ -18,16 +18,22 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from openai import OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
-from support.real_node import NAMESPACE, ApiWatch, RealNode, record, shared_models_manifest, wait_for
+from support.real_node import (
+    NAMESPACE,
+    ApiWatch,
+    RealNode,
+    manager_metrics,
+    record,
+    shared_models_manifest,
+    wait_for,
+)
 
 MIN_HOLD_S = 15.0
 MAX_WAIT_S = 30.0
@@ -73,15 +79,6 @@ def pending_on_gpu(pod: dict[str, Any]) -> bool:
 def proxy_client(node: RealNode) -> OpenAI:
     ip = node.get("service", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["clusterIP"]
     return OpenAI(base_url=f"http://{ip}/v1", api_key="unused", timeout=REQUEST_TIMEOUT_S, max_retries=0)
-
-
-def manager_metrics(node: RealNode) -> dict[tuple[str, str], float]:
-    """``(sample name, model)`` → value from the manager pod's /metrics (the host reaches pod IPs)."""
-    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    return {(s.name, s.labels.get("model", "")): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def chat(client: OpenAI, model: str, max_tokens: int = 4) -> str:

@@ -215,6 +215,11 @@ def _resources(model: Model, profile: RuntimeProfile) -> Json:
     limits = dict(spec.limits) if spec else {}
     requests = dict(spec.requests) if spec else {}
     limits.update(gpu_limit(model, profile))
+    return resources_block(limits, requests)
+
+
+def resources_block(limits: dict[str, str], requests: dict[str, str]) -> Json:
+    """A container's ``resources`` with only the parts that have entries."""
     out: Json = {}
     if limits:
         out["limits"] = limits

@@ -48,7 +48,7 @@ from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.flashloader_settings import cache_matches_model, resolve_flash_loader
 from flexinfer.core.group_strategy import GROUP_POD_STRATEGIES, MEMORY_SHARED
-from flexinfer.core.manifests.deployment import gpu_limit, model_tolerations
+from flexinfer.core.manifests.deployment import gpu_limit, model_tolerations, resources_block
 from flexinfer.core.manifests.group_members import (
     backend_problem,
     member_problems,
@@ -315,12 +315,7 @@ def _resources(served: Sequence[Model]) -> Json:
     if gpu_members:
         largest = max(gpu_members, key=lambda m: m.gpu_count)  # the oldest of equals (members come oldest first)
         limits.update(gpu_limit(largest, runtime_profile(largest)))
-    out: Json = {}
-    if limits:
-        out["limits"] = limits
-    if requests:
-        out["requests"] = requests
-    return out
+    return resources_block(limits, requests)
 
 
 def _sums(declared: list[dict[str, str]], *, every: bool) -> dict[str, str]:
