@@ -21,14 +21,16 @@ the members; its local engine swaps and packs them. The manager's part, decided 
   others. ``status.endpoint`` is the group Service; while the pod answers, ``sharedGroup.groupEndpoint`` (the
   pod's own URL, or the Service with pod endpoints off) is where proxies forward in any phase but Failed;
 - ``push``: the pod runs another revision of the manifests than this pass renders (the manager sends them);
-- ``wake``: when a member's idle timeout ends (the pod may then scale to zero).
+- ``wake``: the next instant time alone changes a wanted member's inputs (``next_wakeup``: its idle timeout
+  ending, counted as the replica rule counts it, a proxy's in-flight report going stale, ...; the pod may then
+  scale to zero), or a released device settling.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from flexinfer.api.model import Model, ModelStatus, SharedGroupStatus
@@ -61,7 +63,7 @@ from flexinfer.core.model_status.build import (
     placed_on,
     status_patch,
 )
-from flexinfer.core.model_status.plan import ManagerPolicy, busy_proxies
+from flexinfer.core.model_status.plan import ManagerPolicy, busy_proxies, next_wakeup
 from flexinfer.core.model_status.pod_failure import (
     PodFailure,
     device_held_by_group,
@@ -69,13 +71,12 @@ from flexinfer.core.model_status.pod_failure import (
     pod_failure,
     shown_failure,
 )
-from flexinfer.core.replicas import desired_replicas, idle_timeout_seconds
+from flexinfer.core.replicas import desired_replicas
 from flexinfer.core.unit_actions import Rejection
 from flexinfer.core.unit_facts import UnitFacts
 from flexinfer.core.unit_plan import rejection
 
 Json = dict[str, Any]
-WAKE_MARGIN = timedelta(milliseconds=100)
 RUNNING = frozenset({phases.PENDING, phases.LOADING, phases.READY})
 """Member phases in the pod's report that keep the pod wanted."""
 REASON_GROUP_POD = "GroupPodFailed"
@@ -148,7 +149,7 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
     rejections += [rejection(bodies[name], ConfigError(message), now) for name, message in sorted(problems.items())]
     members = sorted((m for m in models if m.name not in problems), key=lambda m: m.name)
     name = group_pod_name(group)
-    own_pods = [n for n in bodies if any(not _gone(p) for p in unit.pods.get(n, ()))]
+    own_pods = [n for n in bodies if any(holds_device(p) for p in unit.pods.get(n, ()))]
     wanted = {m.name for m in members if _wanted(m, facts, policy)}
     terminating = [p for p in facts.pods if (p.get("metadata") or {}).get("deletionTimestamp") and holds_device(p)]
     scaled = int(((facts.deployment or {}).get("spec") or {}).get("replicas") or 0)
@@ -162,21 +163,17 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
     objects = tuple(render_group_pod(plan, members, caches, defaults)) if members else ()
     revision = manifest_revision(text.encode())
     report = facts.report
-    mirrors = tuple(_mirror(m, facts, policy, name, m.name in wanted and replicas > 0) for m in members)
+    stored = {s.model.name: s.model.status for s in present if s.model is not None}
+    mirrors = tuple(_mirror(m, stored[m.name], facts, policy, name=name, starting=m.name in wanted and replicas > 0)
+                    for m in members)
     return GroupPodPass(
         now=now, name=name, rejections=tuple(rejections), declared=tuple(members), objects=objects,
         replicas=replicas, manifest=text, revision=revision,
         push=bool(members) and report is not None and report.revision != revision, members=mirrors,
         retire=tuple(sorted(n for n in bodies if n in unit.deployments)), wanted=tuple(sorted(wanted)),
-        wake=_earliest(_wake([m for m in members if m.name in wanted], now),
+        wake=_earliest(next_wakeup([m for m in members if m.name in wanted], (), now, policy),
                        device_settles_at({name: facts.gone_at} if facts.gone_at else {}, now)),
         reap=reapable({name}, {name: terminating}))
-
-
-def _gone(pod: Mapping[str, Any]) -> bool:
-    """A pod whose containers have all stopped no longer holds the device."""
-    phase = (pod.get("status") or {}).get("phase")
-    return phase in ("Succeeded", "Failed")
 
 
 def _budget(strategy: str, members: Sequence[Model], policy: ManagerPolicy) -> float | None:
@@ -203,10 +200,10 @@ def _wanted(model: Model, facts: GroupPodFacts, policy: ManagerPolicy) -> bool:
     return desired_replicas(standalone, now, in_flight=busy) > 0
 
 
-def _mirror(model: Model, facts: GroupPodFacts, policy: ManagerPolicy, name: str, starting: bool) -> MemberMirror:
-    """The member's status from the pod's report, or from the group pod itself before it answers."""
-    stored = next((s.model.status for s in facts.unit.models if s.model is not None and s.model.name == model.name),
-                  model.status)
+def _mirror(model: Model, stored: ModelStatus, facts: GroupPodFacts, policy: ManagerPolicy, *, name: str,
+            starting: bool) -> MemberMirror:
+    """The member's status (``stored``: as the store holds it) from the pod's report, or from the group pod itself
+    before it answers."""
     report, now = facts.report, facts.unit.now
     pod = newest_pod(facts.pods)
     reported = _reported(model, report)
@@ -252,19 +249,6 @@ def _group_url(name: str, namespace: str) -> str:
 
 def _earliest(*moments: datetime | None) -> datetime | None:
     return min((m for m in moments if m is not None), default=None)
-
-
-def _wake(members: Sequence[Model], now: datetime) -> datetime | None:
-    """The end of the earliest idle timeout still ahead among the members that want the pod (it may go to zero
-    then)."""
-    ends = []
-    for model in members:
-        last = model.status.last_active_time
-        if model.serverless and last is not None:
-            end = last + timedelta(seconds=idle_timeout_seconds(model)) + WAKE_MARGIN
-            if end > now:
-                ends.append(end)
-    return min(ends, default=None)
 
 
 def caches_of(members: Sequence[Model], caches: Sequence[ModelCache]) -> list[ModelCache]:

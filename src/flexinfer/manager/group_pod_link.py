@@ -22,6 +22,7 @@ from typing import Any, Final, Generic, TypeVar
 import aiohttp
 
 from flexinfer.core.group_pod_report import PodReport
+from flexinfer.manager.pod_http import PodHttp
 
 log = logging.getLogger("flexinfer.manager")
 POLL_STARTING: Final = 0.1
@@ -58,13 +59,13 @@ class LifecycleEvent:
 class GroupPodLinks(Generic[U]):
     """See the module docstring."""
 
-    def __init__(self, wake: Callable[[U], None], replay: Callable[[U, str, list[LifecycleEvent]], None]) -> None:
+    def __init__(self, wake: Callable[[U], None], replay: Callable[[U, list[LifecycleEvent]], None]) -> None:
         self._wake, self._replay = wake, replay
         self._targets: dict[U, LinkTarget] = {}
         self._tasks: dict[U, asyncio.Task[None]] = {}
         self._reports: dict[U, PodReport] = {}
         self._missed: set[U] = set()
-        self._session: aiohttp.ClientSession | None = None
+        self._http = PodHttp(REQUEST_TIMEOUT)
 
     def report(self, unit: U) -> PodReport | None:
         """The pod's last answer, while it answers."""
@@ -98,7 +99,7 @@ class GroupPodLinks(Generic[U]):
         if target is None:
             return False
         try:
-            async with self._http().put(f"{target.url}/admin/manifests", data=text.encode(),
+            async with self._http.session().put(f"{target.url}/admin/manifests", data=text.encode(),
                                         headers={**_auth(target), "Content-Type": "application/yaml"}) as response:
                 if response.status == 200:
                     return True
@@ -137,35 +138,24 @@ class GroupPodLinks(Generic[U]):
                                  str(e.get("at") or ""))
                   for e in body.get("events") or () if isinstance(e, Mapping)]
         if events:
-            self._replay(unit, target.run, events)
+            self._replay(unit, events)
         following = body.get("next")  # smaller than ``after``: serve restarted in the pod and counts anew
         return following if isinstance(following, int) and following >= 0 else after
 
     async def _get(self, target: LinkTarget, path: str) -> Mapping[str, Any] | None:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError, ValueError):
-            async with self._http().get(f"{target.url}{path}", headers=_auth(target)) as response:
+            async with self._http.session().get(f"{target.url}{path}", headers=_auth(target)) as response:
                 if response.status == 200:
                     body = await response.json()
                     return body if isinstance(body, Mapping) else None
         return None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
-                                                  trust_env=False)
-        return self._session
 
     async def close(self) -> None:
         """Stop polling; close the connections."""
         tasks = list(self._tasks.values())
         self._tasks.clear()
         self._targets.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close(tasks)
 
 
 def _auth(target: LinkTarget) -> dict[str, str]:

@@ -168,7 +168,7 @@ class GroupPods:
         self._tokens[(namespace, name)] = token
         return token
 
-    def _replay(self, unit: Unit, run: str, events: list[LifecycleEvent]) -> None:
+    def _replay(self, unit: Unit, events: list[LifecycleEvent]) -> None:
         """The pod's cold starts and swaps, observed into the manager's histograms; those that ended before this
         manager started are left out (a manager that ran then observed them: a restart must not count them
         twice)."""
@@ -189,17 +189,17 @@ class GroupPods:
     async def retire(self, unit: Unit) -> None:
         """A group that no longer runs in a group pod (its strategy changed to ``Exclusive``): stop talking to its
         pod and delete the pod's objects, once."""
-        name = group_pod_name(unit.name)
         self.links.track(unit, None)
         self._woke.pop(unit, None)
         self._pushed.pop(unit, None)
-        if self._store.deployment(unit.namespace, name) is None and self._store.service(unit.namespace, name) is None:
-            return
         await self._delete_objects(unit, "it runs Exclusive now")
 
     async def _delete_objects(self, unit: Unit, why: str) -> None:
-        """Delete the group pod's Deployment, Service, ConfigMap and token Secret."""
+        """Delete the group pod's Deployment, Service, ConfigMap and token Secret, once: nothing is asked of the
+        API server while the store holds neither the Deployment nor the Service."""
         name, secret = group_pod_name(unit.name), token_secret_name(unit.name)
+        if self._store.deployment(unit.namespace, name) is None and self._store.service(unit.namespace, name) is None:
+            return
         for kind, named in (("Deployment", name), ("Service", name), ("ConfigMap", name), ("Secret", secret)):
             if await self._api.delete(kind, unit.namespace, named):
                 log.info("group %s: %s; its group pod's %s deleted", unit, why, kind)

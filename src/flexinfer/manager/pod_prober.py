@@ -21,6 +21,7 @@ from typing import Any, Final, Generic, TypeVar
 import aiohttp
 
 from flexinfer.core.pod_answer import HealthTarget, health_target, kubelet_ready, run_key
+from flexinfer.manager.pod_http import PodHttp
 
 ANSWER_TIMEOUT: Final = 0.5
 """A server that listens answers a health request in milliseconds; a slower one is asked again."""
@@ -45,7 +46,7 @@ class PodProber(Generic[U]):
         self._wake, self._clock = wake, clock
         self._answers: dict[str, datetime] = {}
         self._tasks: dict[U, dict[str, asyncio.Task[None]]] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._http = PodHttp(ANSWER_TIMEOUT)
 
     def track(self, unit: U, pods: Iterable[Mapping[str, Any]]) -> None:
         """Ask the unit's pods that have a health target and no answer; stop asking those that have none now."""
@@ -83,11 +84,8 @@ class PodProber(Generic[U]):
         self._wake(unit)
 
     async def _ask(self, target: HealthTarget) -> bool:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ANSWER_TIMEOUT),
-                                                  trust_env=False)
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-            async with self._session.get(target.url, allow_redirects=False) as response:
+            async with self._http.session().get(target.url, allow_redirects=False) as response:
                 return 200 <= response.status < 300
         return False
 
@@ -95,9 +93,4 @@ class PodProber(Generic[U]):
         """Stop asking; close the connections."""
         tasks = [task for asking in self._tasks.values() for task in asking.values()]
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close(tasks)

@@ -183,3 +183,18 @@ def test_from_zero_the_next_group_pod_waits_until_the_last_one_released_the_devi
     assert waiting.wake is not None and waiting.wake <= NOW + timedelta(seconds=10)
     unexplained = result(group_pod(terminating=False, pending_on_gpu=True))
     assert statuses(unexplained) == {"a": "Failed"}
+
+
+def test_a_member_that_turned_ready_after_its_request_is_idle_from_then_and_the_wake_says_so() -> None:
+    """The request came 30 s ago and the member turned Ready 10 s ago: idle counts from Ready (as the replica rule
+    counts it). The pass at the request's idle end finds it still wanted and wakes again at Ready + idle timeout,
+    where the pod may go (no pass is left without a wake-up while a member still wants the pod)."""
+    ready = {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "BackendReady",
+                                               "lastTransitionTime": rfc3339(NOW - timedelta(seconds=10))}]}
+    asked = (demand("a", NOW - timedelta(seconds=30)),)
+    first = plan(member("a", ready), demands=asked, pod=report(None, a="Ready"))
+    assert first.replicas == 1 and first.wake is not None
+    at_wake = plan(member("a", ready), now=first.wake, demands=asked, pod=report(None, a="Ready"))
+    assert at_wake.replicas == 1 and at_wake.wake == NOW + timedelta(seconds=50, milliseconds=100)
+    idle = plan(member("a", ready), now=at_wake.wake, demands=asked, pod=report(None, a="Idle"))
+    assert idle.replicas == 0
