@@ -64,7 +64,7 @@ async def cleanup_model(api: KubeApi, body: Body, defaults: ControllerDefaults, 
     job = render_tmpfs_cleanup_job(model, node, defaults) if model is not None else None
     if job is not None:
         try:
-            created = await api.create_job(job)
+            created = await api.create(job)
             done.append(f"{'created' if created else 'kept existing'} Job {job['metadata']['name']} on node {node}")
         except (ApiError, OSError) as error:
             log.warning("model %s/%s: cannot create the tmpfs cleanup Job: %s (continuing)", namespace, name, error)

@@ -5,8 +5,9 @@
 - ``patch_model_status``: merge patch on ``models/status``; these two, the writes of every pass, go through the
   manager's ``PatchSession`` (aiohttp, ``flexinfer.manager.patch_session``) when it is given one, and each is
   counted as a write of the running pass (``flexinfer.manager.own_writes``);
-- ``delete`` (404 = done), ``create_job`` (409 AlreadyExists = done), ``post_event`` (core/v1 Event);
-- ``secret_value``/``create_secret``: a group pod's admin token (``flexinfer.manager.group_pods``);
+- ``delete`` (404 = done), ``create`` (a cleanup Job, a group pod's token Secret; 409 AlreadyExists = done),
+  ``post_event`` (core/v1 Event);
+- ``secret_value``: a group pod's admin token (``flexinfer.manager.group_pods``);
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
 - ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
   cache) when a preemption must know every in-flight report written before it;
@@ -126,20 +127,11 @@ class KubeApi:
         encoded = (secret.data or {}).get(key)
         return base64.b64decode(encoded).decode() if encoded else None
 
-    async def create_secret(self, body: Body) -> bool:
-        """Create a Secret; ``False`` when one of that name already exists."""
+    async def create(self, body: Body) -> bool:
+        """Create ``body`` (a Job, a Secret); ``False`` when an object of that name already exists."""
+        kind = _KINDS[body["kind"]]
         try:
-            await self.client.create(cast(Secret, Secret.from_dict(body)), field_manager=FIELD_MANAGER)
-        except ApiError as error:
-            if error.status.code == 409:
-                return False
-            raise
-        return True
-
-    async def create_job(self, body: Body) -> bool:
-        """Create a Job; ``False`` when one of that name already exists."""
-        try:
-            await self.client.create(cast(Job, Job.from_dict(body)), field_manager=FIELD_MANAGER)
+            await self.client.create(kind.from_dict(body), field_manager=FIELD_MANAGER)
         except ApiError as error:
             if error.status.code == 409:
                 return False

@@ -163,7 +163,7 @@ class GroupPods:
                     "metadata": {"name": name, "namespace": namespace, "ownerReferences": owners,
                                  "labels": {MANAGED_BY_LABEL: MANAGED_BY, GPU_GROUP_LABEL: group}},
                     "stringData": {TOKEN_KEY: token}}
-            if not await self._api.create_secret(body):
+            if not await self._api.create(body):
                 token = await self._api.secret_value(namespace, name, TOKEN_KEY) or token
         self._tokens[(namespace, name)] = token
         return token
