@@ -123,10 +123,14 @@ async def test_cluster_status_page(setup: tuple[AsyncClient, ClusterProxy, str],
         groups = await poll_until(memory, timeout=10, what="the group's memory on the page")
         assert groups == [{"group": f"{NS}/g1", "budget_mib": 3000, "used_mib": 1000, "reserved_mib": 500,
                            "models": [f"{NS}/big", f"{NS}/small"]}], "g0 (one model at a time) has no bar"
-        needs = {m["key"]: m["need"] for m in (await status())["models"]}
-        assert needs == {f"{NS}/m": None, f"{NS}/big": {"mib": 1000, "source": "declared"},
-                         f"{NS}/small": {"mib": 500, "source": "declared"},
-                         f"{NS}/gone": {"mib": 500, "source": "declared"}}
+        expected = {f"{NS}/m": None, f"{NS}/big": {"mib": 1000, "source": "declared"},
+                    f"{NS}/small": {"mib": 500, "source": "declared"}, f"{NS}/gone": {"mib": 500, "source": "declared"}}
+
+        async def needs() -> dict[str, Any] | None:  # the bar is drawn before the last status write reaches the page
+            shown = {m["key"]: m["need"] for m in (await status())["models"]}
+            return shown if shown == expected else None
+
+        await poll_until(needs, timeout=10, what="each model's need on the page")
     label, used_fraction = await asyncio.to_thread(memory_bar, proxy.url, tmp_path)
     assert label == f"{NS}/g1: 1000 MiB used, 500 MiB loading, of 2.9 GiB (2 running)", label
     assert abs(used_fraction - 1000 / 3000) < 0.02
