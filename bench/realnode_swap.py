@@ -187,10 +187,7 @@ def measure_group(watcher: ApiWatch, base: str, model: str, cold: bool) -> dict[
 
 def swap_seconds(node: RealNode, model: str) -> float:
     """The sum of the manager's swap samples for ``model`` (the pod's engine's own swap times, replayed)."""
-    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
-    url = f"http://{pod['status']['podIP']}:8080/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
+    text = real_node.manager_metrics_text(node)
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("flexinfer_model_swap_duration_seconds_sum") and f'model="{model}"' in line)
 

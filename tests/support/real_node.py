@@ -377,12 +377,31 @@ class ApiWatch:
         return None
 
 
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """The pod's ``Ready`` condition is True."""
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+def manager_pod(node: RealNode) -> dict[str, Any]:
+    """The live manager pod: Ready and not terminating (a chart upgrade's rollout leaves the old one listed, with
+    an address nothing answers on, until the kubelet removes it); waits for one."""
+    def live() -> dict[str, Any] | None:
+        pods = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"]
+        return next((p for p in pods if not p["metadata"].get("deletionTimestamp") and pod_ready(p)), None)
+    found: dict[str, Any] = wait_for(live, 120, "a Ready manager pod")
+    return found
+
+
+def manager_metrics_text(node: RealNode) -> str:
+    """The live manager pod's /metrics exposition (the host reaches pod IPs)."""
+    with urllib.request.urlopen(f"http://{manager_pod(node)['status']['podIP']}:8080/metrics", timeout=10) as resp:
+        text: str = resp.read().decode()
+    return text
+
+
 def manager_metrics(node: RealNode) -> dict[tuple[str, str], float]:
-    """``(sample name, model)`` → value from the manager pod's /metrics (the host reaches pod IPs)."""
+    """``(sample name, model)`` → value from the live manager pod's /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    pod = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
-        text = resp.read().decode()
     return {(s.name, s.labels.get("model", "")): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+            for family in text_string_to_metric_families(manager_metrics_text(node)) for s in family.samples}

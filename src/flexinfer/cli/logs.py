@@ -69,6 +69,10 @@ def _follow(args: argparse.Namespace) -> int:
             body = _window(args, after)
     except KeyboardInterrupt:
         return 0
+    finally:
+        # whatever ends it: a Python handler still installed at exit would be reset to the default by the
+        # interpreter's finalization, and a SIGINT arriving then would kill the process (exit -2, not 0 or 1)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _end_on_interrupt() -> None:

@@ -34,6 +34,7 @@ from support.real_node import (
     SHARED_GROUP,
     RealNode,
     manager_metrics,
+    manager_pod,
     record,
     wait_for,
 )
@@ -203,7 +204,7 @@ def test_the_group_pod_killed_mid_stream_ends_the_stream_and_the_group_converges
 def test_the_manager_killed_mid_swap_does_not_stop_the_swap(node: RealNode, group_mode: None) -> None:
     chat(node, "tiny-c")
     (pod,) = group_pods(node)
-    manager = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"][0]
+    manager = manager_pod(node)
     done: list[str] = []
     swap = threading.Thread(target=lambda: done.append(chat(node, "tiny-b")), daemon=True)
     swap.start()

@@ -19,7 +19,6 @@ to record nothing.
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,7 +27,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexinfer.core.manifests.deployment import READINESS_PROBE_PERIOD_S, STARTUP_PROBE_PERIOD_S
-from support.real_node import NAMESPACE, WEIGHTS_CLAIM, ApiWatch, RealNode, record, wait_for
+from support.real_node import (
+    NAMESPACE,
+    WEIGHTS_CLAIM,
+    ApiWatch,
+    RealNode,
+    manager_metrics_text,
+    pod_ready,
+    record,
+    wait_for,
+)
 
 MODEL = "tiny-ready"
 MANIFEST = f"""
@@ -71,10 +79,6 @@ class WallClock:
 
     def wall(self, monotonic: float) -> datetime:
         return datetime.fromtimestamp(monotonic + self.offset, UTC)
-
-
-def pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
 
 def ready_again(watch: ApiWatch, after: float) -> float | None:
@@ -125,10 +129,7 @@ def container_running(pod: dict[str, Any], restarts: int | None = None) -> bool:
 def manager_samples(node: RealNode) -> dict[tuple[str, str], float]:
     """``(sample name, stage or "")`` → value for MODEL, from the manager pod's /metrics (the host reaches pods; the
     Ready one: an earlier test's rollout may leave an old manager pod terminating)."""
-    pods = node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager")["items"]
-    pod = next(p for p in pods if not p["metadata"].get("deletionTimestamp") and pod_ready(p))
-    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    text = manager_metrics_text(node)
     return {(s.name, s.labels.get("stage", "")): s.value for family in text_string_to_metric_families(text)
             for s in family.samples if s.labels.get("model") == MODEL and "le" not in s.labels}
 
