@@ -1,11 +1,11 @@
 """The manager's line to each running group pod: its admin status, its lifecycle events, and manifest pushes.
 
-``GroupPodLinks.track(unit, target)`` keeps one polling task per group unit whose pod runs (``target``: the pod
-run, its own URL and the admin token; ``None`` stops it). The task GETs ``/admin/status`` every
-``POLL_STARTING`` seconds until the pod first answers, then every ``POLL_RUNNING``; each answer that differs from
-the last (a member's phase, errors, need, the manifest revision) is kept as the unit's ``report`` and wakes
-the unit. A pod that stops answering (``MISSES`` polls in a row) loses its report, which wakes the unit too.
-With each status it reads ``/admin/lifecycle?after=N`` and hands the new cold starts and swaps to ``replay``
+``GroupPodLinks.track(unit, target)`` keeps one polling task per group unit whose pod runs (``target``: the pod run, its
+own URL and the admin token; ``None`` stops it). The task GETs ``/admin/status`` at the pod HTTP line's
+``starting_intervals`` (every 20 ms at first, then 0.1 s) until the pod answers, then every ``POLL_RUNNING``; each
+answer that differs from the last (a member's phase, errors, need, the manifest revision) is kept as the unit's
+``report`` and wakes the unit. A pod that stops answering (``MISSES`` polls in a row) loses its report, which wakes the
+unit too. With each status it reads ``/admin/lifecycle?after=N`` and hands the new cold starts and swaps to ``replay``
 (the manager's histograms, ``flexinfer.manager.group_pods``). ``push`` PUTs the manifests the manager rendered
 (``/admin/manifests``); routes in docs/reference/admin-api.md. Built by the reconciler, closed with the manager.
 """
@@ -22,11 +22,9 @@ from typing import Any, Final, Generic, TypeVar
 import aiohttp
 
 from flexinfer.core.group_pod_report import PodReport
-from flexinfer.manager.pod_http import PodHttp
+from flexinfer.manager.pod_http import PodHttp, starting_intervals
 
 log = logging.getLogger("flexinfer.manager")
-POLL_STARTING: Final = 0.1
-"""Between two asks of a pod that has not answered yet: what the manager adds, at most, to a group cold start."""
 POLL_RUNNING: Final = 0.5
 """Between two reads of a running pod's status (how late ``kubectl get mdl`` shows a swap inside the pod)."""
 REQUEST_TIMEOUT: Final = 2.0
@@ -110,7 +108,7 @@ class GroupPodLinks(Generic[U]):
         return False
 
     async def _poll(self, unit: U, target: LinkTarget) -> None:
-        misses, after = 0, 0
+        misses, after, pauses = 0, 0, starting_intervals()
         while True:  # a remote server to ask again, not a local state to wait for
             body = await self._get(target, "/admin/status")
             if body is None:
@@ -128,7 +126,11 @@ class GroupPodLinks(Generic[U]):
                 if report != self._reports.get(unit):
                     self._reports[unit] = report
                     self._wake(unit)
-            await asyncio.sleep(POLL_RUNNING if unit in self._reports else POLL_STARTING)
+            if unit in self._reports:
+                pauses = starting_intervals()  # asked afresh should it stop answering
+                await asyncio.sleep(POLL_RUNNING)
+            else:
+                await asyncio.sleep(next(pauses))
 
     async def _events(self, unit: U, target: LinkTarget, after: int) -> int:
         body = await self._get(target, f"/admin/lifecycle?after={after}")

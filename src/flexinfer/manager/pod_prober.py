@@ -1,13 +1,13 @@
 """The manager asks a model pod's server itself whether it is up, instead of waiting for the kubelet's probe.
 
 On each pass over a unit the reconciler hands ``PodProber.track`` the unit's pods. For every pod that
-``flexinfer.core.pod_answer.health_target`` names (its model container runs, it is not Ready yet) and that has
-not answered in its current container run, a task sends a GET (``ANSWER_TIMEOUT``) every ``ANSWER_INTERVAL``
-until a 2xx answer; it then remembers the time and wakes the unit, whose next pass counts the pod Ready from
-that instant (``UnitFacts.answered``), until a pass shows the kubelet's own ``Ready``: the answer is dropped
-then, and the kubelet's view alone counts. A target that is gone from the unit's next pass (the pod was deleted,
-turned Ready, restarted) has its task cancelled. Answers are kept for ``ANSWER_TTL``. Built by the reconciler
-(``flexinfer.manager.reconciler``), closed with the manager.
+``flexinfer.core.pod_answer.health_target`` names (its model container runs, it is not Ready yet) and that has not
+answered in its current container run, a task sends a GET (``ANSWER_TIMEOUT``) at the pod HTTP line's
+``starting_intervals`` (every 20 ms at first, then 0.1 s) until a 2xx answer; it then remembers the time and wakes the
+unit, whose next pass counts the pod Ready from that instant (``UnitFacts.answered``), until a pass shows the kubelet's
+own ``Ready``: the answer is dropped then, and the kubelet's view alone counts. A target that is gone from the unit's
+next pass (the pod was deleted, turned Ready, restarted) has its task cancelled. Answers are kept for ``ANSWER_TTL``.
+Built by the reconciler (``flexinfer.manager.reconciler``), closed with the manager.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from typing import Any, Final, Generic, TypeVar
 import aiohttp
 
 from flexinfer.core.pod_answer import HealthTarget, health_target, kubelet_ready, run_key
-from flexinfer.manager.pod_http import PodHttp
+from flexinfer.manager.pod_http import PodHttp, starting_intervals
 
 ANSWER_TIMEOUT: Final = 0.5
 """A server that listens answers a health request in milliseconds; a slower one is asked again."""
-ANSWER_INTERVAL: Final = 0.1
-"""Between two requests to a server that is not up yet: what the manager adds, at most, to its start."""
 ANSWER_TTL: Final = 600.0
 """An answer is kept this long: by then the kubelet has seen the pod Ready (its own probe every second), or it
 disagrees, and the kubelet's view wins."""
@@ -72,10 +70,11 @@ class PodProber(Generic[U]):
         return {key: self._answers[key] for pod in pods if (key := run_key(pod)) is not None and key in self._answers}
 
     async def _poll(self, unit: U, target: HealthTarget) -> None:
+        pauses = starting_intervals()
         while True:  # a remote server to ask again, not a local state to wait for
             if await self._ask(target):
                 break
-            await asyncio.sleep(ANSWER_INTERVAL)
+            await asyncio.sleep(next(pauses))
         self._answers[target.key] = self._clock()
         asking = self._tasks.get(unit, {})
         asking.pop(target.key, None)
