@@ -68,20 +68,25 @@ def imported_modules(arguments: list[str], env: dict[str, str]) -> int:
     return sum(1 for line in done.stderr.splitlines() if line.startswith("import time:") and "[us]" not in line)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per command (the median is shown)")
+def arguments(description: str) -> argparse.Namespace:
+    """The start-up benches' options: ``--runs``, ``--flexinfer`` (the entry point) and ``--baseline-src``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=5, help="runs per row (the median is shown)")
     parser.add_argument("--flexinfer", type=Path, default=DEFAULT_FLEXINFER, help="the entry point to run")
     parser.add_argument("--baseline-src", type=Path, help="a previous source tree (its src/) to compare with")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments(__doc__.splitlines()[0])
     envs = [environment(None)] + ([environment(args.baseline_src)] if args.baseline_src else [])
     labels = ["now"] + (["baseline"] if args.baseline_src else [])
     with tempfile.TemporaryDirectory() as scratch:
         print("| command | " + " | ".join(f"{label}: median of {args.runs}, modules" for label in labels) + " |")
         print("|---|" + "---|" * len(labels))
-        for label, arguments in commands(Path(scratch)).items():
-            medians = wall_seconds([str(args.flexinfer), *arguments], envs, args.runs)
-            cells = [f"{seconds * 1000:.0f} ms, {imported_modules(arguments, env)}"
+        for label, argv in commands(Path(scratch)).items():
+            medians = wall_seconds([str(args.flexinfer), *argv], envs, args.runs)
+            cells = [f"{seconds * 1000:.0f} ms, {imported_modules(argv, env)}"
                      for seconds, env in zip(medians, envs, strict=True)]
             print(f"| `flexinfer {label}` | " + " | ".join(cells) + " |")
     return 0

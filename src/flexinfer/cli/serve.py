@@ -10,6 +10,7 @@ SIGTERM/SIGINT; the manifests are reloaded on SIGHUP and (unless ``--no-watch``)
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,17 @@ def positive_seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    # the whole server stack: imported only when serving
-    from flexinfer.assembly.local import run_local
-    from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL
-    from flexinfer.proxy.listen_config import listen_address
+    # The whole server stack: imported only when serving, with the cyclic collector paused. The imports create
+    # only long-lived objects (event_loop.run freezes them anyway): a full collection midway walks them all for
+    # nothing (~10 % of serve's time to listen).
+    gc.disable()
+    try:
+        from flexinfer.assembly.local import run_local
+        from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL
+        from flexinfer.proxy.listen_config import listen_address
+    finally:
+        gc.freeze()
+        gc.enable()
 
     env = environment()
     host, port = listen_address(env, host=args.host, port=args.port, default_host="127.0.0.1")

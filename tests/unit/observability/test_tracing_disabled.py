@@ -6,8 +6,10 @@ import asyncio
 
 import pytest
 from opentelemetry import propagate, trace
+from opentelemetry.exporter.otlp.proto.http import trace_exporter
+from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.trace import export as sdk_export
 
-from flexinfer.observability.tracing import provider as tracing_provider
 from flexinfer.observability.tracing.config import tracing_settings
 from flexinfer.observability.tracing.lifecycle import record_activation
 from flexinfer.observability.tracing.provider import init_tracing
@@ -32,9 +34,9 @@ def no_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any attempt to build an exporter or provider fails the test."""
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("tracing is off: nothing may be created")
-    monkeypatch.setattr(tracing_provider, "OTLPSpanExporter", forbidden)
-    monkeypatch.setattr(tracing_provider, "TracerProvider", forbidden)
-    monkeypatch.setattr(tracing_provider, "BatchSpanProcessor", forbidden)
+    monkeypatch.setattr(trace_exporter, "OTLPSpanExporter", forbidden)  # where init_tracing imports them from
+    monkeypatch.setattr(sdk_trace, "TracerProvider", forbidden)
+    monkeypatch.setattr(sdk_export, "BatchSpanProcessor", forbidden)
 
 
 @pytest.mark.usefixtures("no_exporter")

@@ -7,6 +7,10 @@ OpenTelemetry's process globals (tracer provider, propagator) are never set, ena
 carries its own provider and W3C trace-context + baggage propagator. That keeps two handles in one process
 (tests, ``serve`` running proxy and engine together) apart and makes "disabled touches nothing" trivially
 true. The only shared state used is OpenTelemetry's context variable, while a span scope is entered.
+
+Only the OpenTelemetry API (no-op tracers, context, W3C propagators) is imported with this module; the SDK and
+the OTLP exporter are imported by ``init_tracing`` when tracing is enabled, so a process with tracing off
+(every ``flexinfer serve`` cold start by default) never loads them.
 """
 
 from __future__ import annotations
@@ -16,26 +20,25 @@ import os
 from collections.abc import Mapping, MutableMapping
 from contextvars import Token
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http import Compression
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.propagators.composite import CompositePropagator
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace import sampling as otel_sampling
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from flexinfer.core.errors import ConfigError
 from flexinfer.observability.tracing.config import TracingSettings
+
+if TYPE_CHECKING:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import sampling as otel_sampling
 
 PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
 PROPAGATION_HEADERS = frozenset(PROPAGATOR.fields)
@@ -92,6 +95,9 @@ def init_tracing(service_name: str, settings: TracingSettings) -> Tracing:
     """
     if not settings.enabled:
         return Tracing(settings)
+    from opentelemetry.sdk.trace import TracerProvider  # the SDK: only when enabled (see the module docstring)
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     provider = TracerProvider(
         sampler=sampler(settings.sampler, settings.sampler_arg),
         resource=resource(service_name, settings),
@@ -110,6 +116,9 @@ def init_tracing(service_name: str, settings: TracingSettings) -> Tracing:
 
 def exporter(settings: TracingSettings) -> OTLPSpanExporter:
     """The OTLP/HTTP protobuf exporter, every option passed explicitly from the settings."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
     options = settings.exporter
     if options.protocol != "http/protobuf":
         raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={options.protocol!r}: only 'http/protobuf' is supported")
@@ -134,6 +143,9 @@ def exporter(settings: TracingSettings) -> OTLPSpanExporter:
 def resource(service_name: str, settings: TracingSettings) -> Resource:
     """``OTEL_RESOURCE_ATTRIBUTES``, then ``service.name`` (``OTEL_SERVICE_NAME`` over the process's name) and
     ``service.namespace`` (``FLEXINFER_OTEL_SERVICE_NAMESPACE``, when set), over the SDK's own attributes."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.version import __version__ as sdk_version
+
     attributes: dict[str, str] = {
         "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry", "telemetry.sdk.version": sdk_version,
     }
@@ -147,6 +159,8 @@ def resource(service_name: str, settings: TracingSettings) -> Resource:
 def sampler(name: str, arg: str) -> otel_sampling.Sampler:
     """The standard ``OTEL_TRACES_SAMPLER`` names; the ratio (``_ARG``) defaults to 1.0. A ratio that is not a
     number from 0 to 1 is a ``ConfigError`` (never clamped: a typo must not silently sample everything)."""
+    from opentelemetry.sdk.trace import sampling as otel_sampling
+
     ratio = sampler_ratio(arg)
     samplers: dict[str, otel_sampling.Sampler] = {
         "always_on": otel_sampling.ALWAYS_ON,
