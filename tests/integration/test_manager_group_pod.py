@@ -61,7 +61,9 @@ async def test_a_time_sliced_group_runs_in_one_group_pod(kube_testbed: KubeTestb
             await c.demand("a")  # the proxy's demand brings the group pod up
             await c.replicas_are(NAME, 1)
             await c.phase_is("a", "Loading")
-            run = await pod.start(c, tmp_path)
+            # reported Pending with its address (the kubelet's relist has not seen the container yet): the
+            # manager asks it already, and serve answers
+            run = await pod.start(c, tmp_path, phase="Pending")
             url, token = run.url, run.token
             assert "--no-watch" in run.args  # the rendered command's own flags
 

@@ -109,8 +109,10 @@ class StandIn:
         assert self.runs, "the stand-in never started"
         return self.runs[-1]
 
-    async def start(self, c: Cluster, tmp_path: Path) -> Running:
-        """``serve`` as the Deployment's container runs it, then the pod object that says so."""
+    async def start(self, c: Cluster, tmp_path: Path, phase: str = "Running") -> Running:
+        """``serve`` as the Deployment's container runs it, then the pod object that says so (``phase``
+        ``Pending``: as the kubelet reports it once the sandbox has its address, before its relist sees the
+        container started)."""
         deployment = (await c.client.get(Deployment, self.name, namespace=c.namespace)).to_dict()
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         configmap = (await c.client.get(ConfigMap, self.name, namespace=c.namespace)).to_dict()
@@ -126,14 +128,14 @@ class StandIn:
                         **{k: v for k, v in rendered.items() if k not in LOCAL_ENV}, FLEXINFER_ADMIN_TOKEN=token)
         serve = await asyncio.to_thread(ServeProcess.start, manifests, env, 60.0, tuple(args))
         try:
-            pod = await self._write_pod(c, deployment, int(serve.url.rsplit(":", 1)[1]))
+            pod = await self._write_pod(c, deployment, int(serve.url.rsplit(":", 1)[1]), phase)
         except BaseException:
             serve.stop()
             raise
         self.runs.append(Running(serve, serve.url, token, pod, args))
         return self.runs[-1]
 
-    async def _write_pod(self, c: Cluster, deployment: Body, port: int) -> str:
+    async def _write_pod(self, c: Cluster, deployment: Body, port: int, phase: str) -> str:
         template = deployment["spec"]["template"]
         with_port = [{"name": "flexinfer", "image": template["spec"]["containers"][0]["image"],
                       "ports": [{"name": "http", "containerPort": port}]}]
@@ -147,7 +149,7 @@ class StandIn:
         await c.client.create(Pod.from_dict({
             "metadata": {"name": name, "namespace": c.namespace, "labels": template["metadata"]["labels"]},
             "spec": {"automountServiceAccountToken": False, "containers": with_port}}))
-        await c.client.patch(Pod.Status, name, {"status": {"phase": "Running", "podIP": "127.0.0.1"}},
+        await c.client.patch(Pod.Status, name, {"status": {"phase": phase, "podIP": "127.0.0.1"}},
                              namespace=c.namespace, patch_type=PatchType.MERGE)
         return name
 

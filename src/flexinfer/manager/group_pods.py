@@ -228,9 +228,12 @@ def _from_wake(event: LifecycleEvent, woke_at: datetime | None) -> float:
 
 
 def _running(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The group pod to talk to: the newest one that runs, has an address and is not being deleted."""
+    """The group pod to talk to: the newest one that has an address, has not ended and is not being deleted.
+    Asked from the moment it has an address, not from the kubelet's ``Running`` report: the kubelet notices a
+    started container only at its next relist (up to a second), and serve may listen before that."""
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
-            and (p.get("status") or {}).get("podIP") and (p.get("status") or {}).get("phase") == "Running"]
+            and (p.get("status") or {}).get("podIP")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     return max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
 
 
