@@ -62,8 +62,21 @@ def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def starting_pod(c: Cluster, model: str, port: int) -> str:
-    """The model's pod as the kubelet reports it once the model container runs: on 127.0.0.1, not Ready."""
+def container_running() -> dict[str, Any]:
+    return {"phase": "Running", "containerStatuses": [{
+        "name": "model", "ready": False, "restartCount": 0, "image": "llama", "imageID": "",
+        "state": {"running": {"startedAt": stamp(datetime.now(UTC))}}}]}
+
+
+CREATING = {"phase": "Pending", "containerStatuses": [{
+    "name": "model", "ready": False, "restartCount": 0, "image": "llama", "imageID": "",
+    "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+"""As the kubelet reports the pod once its sandbox has an address, before its relist saw the container start."""
+
+
+async def starting_pod(c: Cluster, model: str, port: int, containers: dict[str, Any] | None = None) -> str:
+    """The model's pod as the kubelet reports it once the model container runs (or ``containers``: phase and
+    container statuses): on 127.0.0.1, not Ready."""
     name = f"{model}-5c7b9-x2k4p"
     with contextlib.suppress(ApiError):
         await c.client.create(ServiceAccount.from_dict({"metadata": {"name": "default", "namespace": c.namespace}}))
@@ -75,10 +88,9 @@ async def starting_pod(c: Cluster, model: str, port: int) -> str:
             "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}}}]},
     }))
     now = stamp(datetime.now(UTC))
-    status = {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+    status = {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
               "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
-              "containerStatuses": [{"name": "model", "ready": False, "restartCount": 0, "image": "llama",
-                                     "imageID": "", "state": {"running": {"startedAt": now}}}]}
+              **(containers or container_running())}
     await c.client.patch(Pod.Status, name, {"status": status}, namespace=c.namespace, patch_type=PatchType.MERGE)
     return name
 
@@ -89,7 +101,7 @@ async def test_a_pod_whose_server_answers_is_ready_before_the_kubelet_says_so(ku
         try:
             await c.create_model("solo", serverless={"enabled": False})
             await c.replicas_are("solo", 1)
-            await starting_pod(c, "solo", port)
+            await starting_pod(c, "solo", port, CREATING)  # asked before the kubelet reports it running
             await c.set_deployment_status("solo", replicas=1, unavailableReplicas=1)
             await asyncio.wait_for(server.asked_once.wait(), 30)
             loading = await c.status("solo")

@@ -3,9 +3,12 @@
 The kubelet notices a server is up only at its next probe (up to a probe period after it listens), and a
 Service routes to the pod only after kube-proxy has programmed the endpoint (about a second more). The manager
 can instead ask the pod itself, at the readiness path and port of the pod's own ``readinessProbe``, as soon as
-its model container runs: ``health_target`` says what to ask (``None`` when there is nothing to ask: no pod IP,
-an exec probe, the container not running, the pod terminating or already Ready). An answer counts for the
-container run it was given by (``run_key``) until the kubelet sees the pod Ready: the prober then drops it, so
+the pod has an address and its model container is starting or running (the kubelet reports a started container
+only at its next relist, up to a second later, and the server may listen before that): ``health_target`` says
+what to ask (``None`` when there is nothing to ask: no pod IP, an exec probe, a container that exited, crashed
+and waits to restart, or cannot be created, the pod terminating or already Ready). An answer counts for the
+container run it was given by (``run_key``: the pod and the container's restart count, the same before and
+after the kubelet reports the run started) until the kubelet sees the pod Ready: the prober then drops it, so
 from then on the kubelet's view alone decides (a server that stops answering its probe later is not Ready).
 ``pod_endpoint`` is the pod's own base URL, which the manager publishes as ``status.podEndpoint`` of a Ready
 model served by one pod, and the in-cluster proxy forwards to. Pure; used by ``flexinfer.core.unit_plan`` and
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from flexinfer.api.model import ModelStatus
 from flexinfer.core.model_status.build import DeploymentFacts, ReadySource, ready_source
@@ -36,12 +39,17 @@ class HealthTarget:
     key: str
 
 
+STARTING: Final = frozenset({"ContainerCreating", "PodInitializing"})
+"""Why a model container waits on its first start (sandbox and image, or the init containers): asked already."""
+
+
 def _model_container(pod: Json) -> tuple[Json, Json] | None:
+    """The model container's spec and status (an empty status before the kubelet reported any)."""
     spec = next((c for c in (pod.get("spec") or {}).get("containers") or () if c.get("name") == MODEL_CONTAINER),
                 None)
-    status = next((c for c in (pod.get("status") or {}).get("containerStatuses") or ()
-                   if c.get("name") == MODEL_CONTAINER), None)
-    return (spec, status) if spec is not None and status is not None else None
+    status: Json = next((c for c in (pod.get("status") or {}).get("containerStatuses") or ()
+                         if c.get("name") == MODEL_CONTAINER), {})
+    return (spec, status) if spec is not None else None
 
 
 def _port(container: Json, port: object) -> int | None:
@@ -58,13 +66,20 @@ def _ready_condition(pod: Json) -> Json | None:
 
 
 def run_key(pod: Json) -> str | None:
-    """The pod's name and its model container's current run (``restartCount`` and start time)."""
+    """The pod's name and its model container's current run (its ``restartCount``): while that run is starting
+    or running; ``None`` once it exited, while it waits to be restarted or cannot be created."""
     found = _model_container(pod)
-    running = ((found[1].get("state") or {}).get("running") or {}) if found else {}
-    if found is None or "startedAt" not in running:
+    if found is None:
+        return None
+    status = found[1]
+    state = status.get("state") or {}
+    restarts = int(status.get("restartCount") or 0)
+    first_start = not state or (str((state.get("waiting") or {}).get("reason") or "") in STARTING
+                                and restarts == 0 and not status.get("lastState"))
+    if "running" not in state and not first_start:
         return None
     name = str((pod.get("metadata") or {}).get("name") or "")
-    return f"{name}#{found[1].get('restartCount') or 0}@{running['startedAt']}"
+    return f"{name}#{restarts}"
 
 
 def _base(pod: Json, port: object) -> str | None:

@@ -1,13 +1,13 @@
 """The manager asks a model pod's server itself whether it is up, instead of waiting for the kubelet's probe.
 
 On each pass over a unit the reconciler hands ``PodProber.track`` the unit's pods. For every pod that
-``flexinfer.core.pod_answer.health_target`` names (its model container runs, it is not Ready yet) and that has not
-answered in its current container run, a task sends a GET (``ANSWER_TIMEOUT``) at the pod HTTP line's
+``flexinfer.core.pod_answer.health_target`` names (its model container starts or runs, it is not Ready yet) and that
+has not answered in its current container run, a task sends a GET (``ANSWER_TIMEOUT``) at the pod HTTP line's
 ``starting_intervals`` (every 20 ms at first, then 0.1 s) until a 2xx answer; it then remembers the time and wakes the
-unit, whose next pass counts the pod Ready from that instant (``UnitFacts.answered``), until a pass shows the kubelet's
-own ``Ready``: the answer is dropped then, and the kubelet's view alone counts. A target that is gone from the unit's
-next pass (the pod was deleted, turned Ready, restarted) has its task cancelled. Answers are kept for ``ANSWER_TTL``.
-Built by the reconciler (``flexinfer.manager.reconciler``), closed with the manager.
+unit, whose next pass counts the pod Ready from that instant (``UnitFacts.answered``), until a pass shows the
+kubelet's own ``Ready``: the answer is dropped then, and the kubelet's view alone counts. A target that is gone from
+the unit's next pass (the pod was deleted, turned Ready, restarted) has its task cancelled. Answers are kept for
+``ANSWER_TTL``. Built by the reconciler (``flexinfer.manager.reconciler``), closed with the manager.
 """
 
 from __future__ import annotations

@@ -53,6 +53,35 @@ def test_the_target_is_the_pods_own_readiness_path_and_port_while_it_is_not_read
     assert health_target(None) is None
 
 
+def starting(pod_body: dict[str, Any], state: dict[str, Any] | None, **status: Any) -> dict[str, Any]:
+    """``pod_body`` with its model container's status replaced (``None``: no status reported yet)."""
+    body = {**pod_body, "status": {**pod_body["status"]}}
+    body["status"]["containerStatuses"] = [] if state is None else [
+        {"name": "model", "restartCount": 0, "state": state, **status}]
+    return body
+
+
+def test_a_pod_is_asked_from_its_address_on_before_the_kubelet_reports_the_container_running() -> None:
+    """The kubelet reports a started container only at its next relist; the server may listen before that."""
+    running_key = run_key(pod())
+    for early in (starting(pod(), None), starting(pod(), {"waiting": {"reason": "ContainerCreating"}}),
+                  starting(pod(), {"waiting": {"reason": "PodInitializing"}})):
+        target = health_target(early)
+        assert target is not None and target.url == "http://10.88.0.7:8080/health"
+        assert target.key == running_key, "an answer before the running report counts once it arrives"
+        assert answered_at(pod(), {target.key: T0}) == T0
+    assert health_target(starting(pod(ip=None), {"waiting": {"reason": "ContainerCreating"}})) is None
+    for ended in (starting(pod(), {"terminated": {"exitCode": 1}}),
+                  starting(pod(), {"waiting": {"reason": "CrashLoopBackOff"}}, restartCount=2,
+                           lastState={"terminated": {"exitCode": 1}}),
+                  starting(pod(), {"waiting": {"reason": "ContainerCreating"}}, restartCount=1,
+                           lastState={"terminated": {"exitCode": 137}}),
+                  starting(pod(), {"waiting": {"reason": "ImagePullBackOff"}}),
+                  starting(pod(), {"waiting": {"reason": "CreateContainerConfigError"}})):
+        assert health_target(ended) is None and run_key(ended) is None
+        assert answered_at(ended, {str(running_key): T0}) is None, "a crashed run's answer no longer counts"
+
+
 def test_an_answer_counts_for_the_container_run_it_was_given_by() -> None:
     answered = T0 + timedelta(seconds=1.5)
     key = run_key(pod())
