@@ -82,6 +82,12 @@ def run_key(pod: Json) -> str | None:
     return f"{name}#{restarts}"
 
 
+def container_running(pod: Json) -> bool:
+    """The kubelet reports the pod's model container running (its log can be read)."""
+    found = _model_container(pod)
+    return found is not None and "running" in (found[1].get("state") or {})
+
+
 def _base(pod: Json, port: object) -> str | None:
     ip = (pod.get("status") or {}).get("podIP")
     found = _model_container(pod)

@@ -92,6 +92,7 @@ from flexinfer.core.oom_retry import OutOfMemoryFacts
 from flexinfer.core.pod_answer import (
     MODEL_CONTAINER,
     answered_at,
+    container_running,
     ready_by_answer,
     ready_from,
     run_key,
@@ -305,8 +306,8 @@ def _measure_read(model: Model, status: ModelStatus, pod: Mapping[str, Any]) -> 
     shared = status.shared_group
     if shared is None or shared.memory_need_source is None:
         return None
-    run = run_key(pod)
-    if not wants_read(model, shared.memory_measured, run) or run is None:
+    run = run_key(pod)  # Ready by the server's answer, the kubelet may not report the container yet: its log waits
+    if not container_running(pod) or not wants_read(model, shared.memory_measured, run) or run is None:
         return None
     return LogRead(run.partition("#")[0], MODEL_CONTAINER, MEASURE_LOG_LINES, run=run)
 
