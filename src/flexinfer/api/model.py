@@ -220,8 +220,9 @@ class SharedGroupStatus(StatusModel):
     memory_need_mib: float | None = Field(default=None, alias="memoryNeedMiB")
     """What this member takes of its group's memory budget, in MiB (groups that pack by memory)."""
     memory_need_source: Literal["measured", "declared", "estimated", "unknown"] | None = None
-    """Where `memoryNeedMiB` comes from: `measured` (`memoryMeasured`), `declared` (`spec.gpu.vramEstimateMB`) or
-    `unknown` (the whole budget)."""
+    """Where `memoryNeedMiB` comes from: `measured` (`memoryMeasured`), `declared` (`spec.gpu.vramEstimateMB`),
+    `estimated` (a `vllm` member with a GPU: its `--gpu-memory-utilization`, default 0.9, times the GPU profile's
+    `vramMB`) or `unknown` (the whole budget)."""
     memory_budget_mib: float | None = Field(default=None, alias="memoryBudgetMiB")
     """The group's memory budget, in MiB (groups that pack by memory with a limit)."""
     out_of_memory: OutOfMemoryStatus | None = None

@@ -12,7 +12,8 @@ happens; a third SIGKILLs the model servers at once. SIGHUP, and a change of the
 ``watch_interval`` is ``None``), reload the manifests (``flexinfer.local.reloading``): models are added, changed
 (only that model restarts, after draining) and removed without touching the others. Groups given a memory budget
 (``FLEXINFER_GROUP_MEMORY``, ``--group-memory``: ``flexinfer.local.memory_budget``, resolved once at start) pack
-their members by memory; the dispatcher gets the GGUF estimate of their needs (``flexinfer.local.gguf_estimate``).
+their members by memory; the dispatcher gets the engine's estimate of their needs (``flexinfer.local.memory_estimate``:
+a GGUF header for llama.cpp, vLLM's own rule for vLLM).
 The admin API also takes a pushed manifest text (checked and applied as a reload) and lists the cold starts and
 swaps (``flexinfer.local.lifecycle_events``); ``FLEXINFER_ADMIN_TOKEN``/``--admin-token-file`` guard it apart from the
 API's auth. Called by ``flexinfer.cli.serve`` and the integration tests.
@@ -48,10 +49,10 @@ from flexinfer.local.catalog import ManifestCatalog
 from flexinfer.local.config import local_config, resolve_admin_token, state_dir
 from flexinfer.local.engine import LocalEngine
 from flexinfer.local.flash_settings import FlashSettings
-from flexinfer.local.gguf_estimate import estimate_mib
 from flexinfer.local.gpu_discovery import GpuInventory
 from flexinfer.local.lifecycle_events import LifecycleEvents
 from flexinfer.local.memory_budget import parse_entries, resolve_budgets
+from flexinfer.local.memory_estimate import MemoryEstimator, discovery_reader
 from flexinfer.local.profiles import SystemAvailability
 from flexinfer.local.reloading import DEFAULT_WATCH_INTERVAL, ManifestReloader
 from flexinfer.local.validation import check_manifests
@@ -273,7 +274,8 @@ async def start_local(paths: Sequence[str | Path], *, host: str = "127.0.0.1", p
     weights_dir = local.engine.base_dir
     dispatcher = Dispatcher(engine, models, policy=replace(local.policy, group_budgets=budgets),
                             observer=_observer(registry, tracing, activity, lifecycle_log, events),
-                            estimate=lambda model: estimate_mib(model, weights_dir))
+                            estimate=MemoryEstimator(weights_dir, env=local.engine.env,
+                                                     gpus=discovery_reader(gpus, asyncio.get_running_loop())))
     catalog = ManifestCatalog(models, dispatcher.phase)
     metrics = ProxyMetrics(registry, [m.key for m in models])
     MemoryMetrics(dispatcher.memory_report, dispatcher.snapshot).register(registry)

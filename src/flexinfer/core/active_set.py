@@ -30,8 +30,9 @@ when a member that wants to run does not fit:
   nobody else starts until that retry is Ready or failed; a second out-of-memory fails it.
 
 A member's need is given (``needs``; ``need_of``): what its llama.cpp server's log showed once it was Ready, for
-its current generation (measured), else ``spec.gpu.vramEstimateMB`` (declared), else the whole budget (unknown:
-it runs alone). ``holding`` names the members whose Deployment or pod still holds the device. A budget
+its current generation (measured), else ``spec.gpu.vramEstimateMB`` (declared), else for a vLLM member on a GPU
+its ``--gpu-memory-utilization`` times the profile's ``vramMB`` (estimated), else the whole budget (unknown: it runs
+alone). ``holding`` names the members whose Deployment or pod still holds the device. A budget
 of ``math.inf`` (a profile with ``vramMB`` <= 0) keeps every member that wants to run Active.
 A GPULease that frees the card parks every member, as in the one-at-a-time election. Pure; called by the
 manager's reconcile plan (``flexinfer.core.unit_plan``).
@@ -47,6 +48,7 @@ from typing import Any
 
 from flexinfer.api.gpulease import GPULease
 from flexinfer.api.model import Model, OutOfMemoryStatus
+from flexinfer.core import vllm_need
 from flexinfer.core.election import (
     Election,
     ElectionPolicy,
@@ -63,6 +65,7 @@ from flexinfer.core.election import (
     starving,
     within,
 )
+from flexinfer.core.errors import ConfigError
 from flexinfer.core.measured_memory import measured_need
 from flexinfer.core.memory_need import MemoryNeed, declared_mib, eviction_cause, first_known, too_large_message
 from flexinfer.core.memory_plan import EPSILON_MIB, Candidate, Evict, Fits, Resident, plan
@@ -139,10 +142,22 @@ def elect_active_set(members: Sequence[Member], now: datetime, policy: ElectionP
 def need_of(model: Model, budget: float) -> MemoryNeed:
     """What a member takes of its group's budget, by the rule both engines share (``memory_need.first_known``): what
     its server's log showed for its current generation (``measured``, ``flexinfer.core.measured_memory``), else
-    ``spec.gpu.vramEstimateMB``, else the whole budget (``unknown``; nothing in a group without a limit). The
-    manager cannot read the weights, so it has no estimate of its own."""
-    return first_known(measured_need(model), declared_mib(model), None,
+    ``spec.gpu.vramEstimateMB``, else an estimate, else the whole budget (``unknown``; nothing in a group without a
+    limit). The manager cannot read the weights, so its only estimate is vLLM's on a GPU, which does not depend on
+    them (``flexinfer.core.vllm_need``): ``--gpu-memory-utilization`` times the card's memory, the GPU profile's
+    ``vramMB`` that is the budget (vLLM takes that share of each card it uses). A value vLLM would refuse gives no
+    estimate (the server fails to start and says why)."""
+    return first_known(measured_need(model), declared_mib(model), _estimate(model, budget),
                        unknown_mib=0.0 if math.isinf(budget) else budget)
+
+
+def _estimate(model: Model, budget: float) -> float | None:
+    if math.isinf(budget) or model.gpu_count == 0:
+        return None
+    try:
+        return vllm_need.need_mib(model, device_mib=budget, weights_bytes=None)
+    except ConfigError:
+        return None
 
 
 def holding(models: Iterable[Model], deployments: Mapping[str, Any], pods: Mapping[str, Sequence[Any]]) -> set[str]:

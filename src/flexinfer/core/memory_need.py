@@ -6,9 +6,11 @@ In order of preference (``flexinfer.core.arbiter.memory.MemoryLedger`` keeps the
    log, ``measured_mib``; else the engine's reading of the process's memory). It replaces the others for later
    starts of the same manifest.
 2. ``declared``: ``spec.gpu.vramEstimateMB`` (``declared_mib``).
-3. ``estimated``: from the weights (``LlamaShape`` + ``LlamaRun``, read from a GGUF header by
+3. ``estimated``: for llama.cpp, from the weights (``LlamaShape`` + ``LlamaRun``, read from a GGUF header by
    ``flexinfer.local.gguf_estimate``): the tensors, the KV cache for the context of every parallel slot, and
-   llama.cpp's compute and output buffers (``llama_mib``).
+   llama.cpp's compute and output buffers (``llama_mib``); for vLLM, what vLLM reserves
+   (``flexinfer.core.vllm_need``: ``--gpu-memory-utilization`` times the GPU's memory, or on the CPU the weights plus
+   its KV cache space).
 4. ``unknown``: none of these; the model then counts as the group's whole budget (it runs alone) until it
    was measured once.
 
@@ -16,8 +18,9 @@ The compute buffer is an approximation of what llama.cpp reserves for one micro-
 and attention activations, the attention over one slot's context); against llama-server's own figures for the
 test suite's generated models it is within 15 %, and the measured figure replaces it after the first start.
 
-``first_known`` applies that order; both engines call it. The Kubernetes manager has no estimate: its measured
-figure comes from the model server's log once it is Ready (``flexinfer.core.measured_memory``).
+``first_known`` applies that order; both engines call it. The Kubernetes manager cannot read the weights: its only
+estimate is vLLM's on a GPU (``flexinfer.core.active_set.need_of``); its measured figure comes from the model
+server's log once it is Ready (``flexinfer.core.measured_memory``).
 
 ``out_of_memory`` recognises a start that failed for lack of memory. Pure; used by the arbiter
 (``flexinfer.core.arbiter``), the local engine, the manager's election and the admin views.

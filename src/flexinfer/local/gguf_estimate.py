@@ -10,7 +10,7 @@ them), and computes the need with ``flexinfer.core.memory_need.llama_mib``. A sp
 GGUF on this machine; ``EstimateError`` when the file cannot be read as one, or the ``gguf`` package (the
 ``flexinfer[gguf]`` extra) is missing (the caller logs it and the model's need stays unknown).
 
-Blocking file I/O: called off the event loop by the dispatcher (``flexinfer.assembly.run_local`` passes it).
+Blocking file I/O: called off the event loop by the dispatcher, through ``flexinfer.local.memory_estimate``.
 """
 
 from __future__ import annotations

@@ -78,13 +78,22 @@ def device_env(model: Model, gpus: Sequence[Gpu]) -> DeviceChoice:
         wanted = "a GPU" if vendor == "auto" else f"an {vendor.upper()} GPU"
         return DeviceChoice({}, f"model {model.key} asks for {wanted} but none was found on this machine; "
                                 f"running it without GPU pinning")
-    chosen_vendor = candidates[0].vendor
-    chosen = [g for g in candidates if g.vendor == chosen_vendor][:count]
+    chosen = pinned_gpus(model, gpus)
+    chosen_vendor = chosen[0].vendor
     warning = None
     if len(chosen) < count:
         warning = f"model {model.key} asks for {count} GPUs but this machine has {len(chosen)}; using those"
     devices = ",".join(str(g.index) for g in chosen)
     return DeviceChoice({VISIBLE_DEVICES[chosen_vendor]: devices}, warning)
+
+
+def pinned_gpus(model: Model, gpus: Sequence[Gpu]) -> list[Gpu]:
+    """The devices ``device_env`` pins the model to: the first ``gpu_count`` of the first vendor it may use
+    (empty for a CPU model, or when the machine has no such GPU)."""
+    if model.gpu_vendor == "cpu" or model.gpu_count == 0:
+        return []
+    candidates = [g for g in gpus if model.gpu_vendor in ("auto", g.vendor)]
+    return [g for g in candidates if g.vendor == candidates[0].vendor][:model.gpu_count] if candidates else []
 
 
 async def run_tool(argv: Sequence[str], path: str | None, timeout: float = TOOL_TIMEOUT) -> str:

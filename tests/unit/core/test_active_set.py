@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexinfer.api.gpulease import GPULease
-from flexinfer.api.model import Model
+from flexinfer.api.model import MeasuredMemoryStatus, Model, SharedGroupStatus
 from flexinfer.core.active_set import elect_active_set, holding, need_of, wants
 from flexinfer.core.election import Election, ElectionPolicy, Member
 from flexinfer.core.memory_need import MemoryNeed
@@ -253,6 +253,31 @@ def test_needs_come_from_vram_estimate_mb_else_the_whole_budget() -> None:
     assert need_of(model("a", vramEstimateMB=1200), 3000.0) == MemoryNeed(1200.0, "declared")
     assert need_of(model("a"), 3000.0) == MemoryNeed(3000.0, "unknown")
     assert need_of(model("a"), math.inf) == MemoryNeed(0.0, "unknown")
+
+
+def vllm_member(*args: str, status: dict[str, Any] | None = None, **gpu: Any) -> Model:
+    return Model.model_validate({"metadata": {"name": "v", "namespace": "ns", "generation": 2},
+                                 "spec": {"backend": "vllm", "source": "HF://org/model", "config": {"args": list(args)},
+                                          "gpu": {"vendor": "amd", "shared": "gpu0", **gpu}},
+                                 "status": status or {}})
+
+
+def test_a_vllm_member_on_a_gpu_is_estimated_at_its_share_of_the_profiles_card() -> None:
+    assert need_of(vllm_member("--gpu-memory-utilization", "0.25"), 24576.0) == MemoryNeed(6144.0, "estimated")
+    assert need_of(vllm_member(), 10000.0) == MemoryNeed(9000.0, "estimated")  # vLLM's default share: 0.9
+    assert need_of(vllm_member("--gpu-memory-utilization=0.5", vramEstimateMB=3000), 24576.0) == MemoryNeed(
+        3000.0, "declared")
+    assert need_of(vllm_member("--gpu-memory-utilization", "2"), 24576.0) == MemoryNeed(24576.0, "unknown")
+    assert need_of(vllm_member(), math.inf) == MemoryNeed(0.0, "unknown")
+    cpu = vllm_member(vendor="cpu")
+    assert need_of(cpu, 8192.0) == MemoryNeed(8192.0, "unknown"), "the manager cannot read the weights"
+
+
+def test_a_measured_figure_wins_over_a_vllm_estimate() -> None:
+    record = MeasuredMemoryStatus(need_mib=5000.0, observed_generation=2, server_run="v-1#0@t")
+    member = vllm_member("--gpu-memory-utilization", "0.25", status={
+        "sharedGroup": SharedGroupStatus(memory_measured=record).model_dump(by_alias=True, exclude_none=True)})
+    assert need_of(member, 24576.0) == MemoryNeed(5000.0, "measured")
 
 
 def test_a_member_holds_the_device_while_its_deployment_wants_replicas_or_a_pod_exists() -> None:
