@@ -29,7 +29,7 @@ server's log once it is Ready (``flexinfer.core.measured_memory``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
@@ -80,6 +80,16 @@ def out_of_memory_failure(model: str, need: MemoryNeed, group: str, budget_mib: 
     its need, the budget, what the other members hold, and the server's own words."""
     return (f"out of memory starting model {model}: it needs {need.describe()}, GPU group {group} has a budget of "
             f"{budget_mib:.0f} MiB ({held_mib:.0f} MiB held by other models); {error}")
+
+
+def reported_need(logged: float | None, on_gpu: bool, resident: Callable[[], float | None]) -> float | None:
+    """What a Ready local server reports as its measured need: the buffers its log showed (``measured_mib``), else,
+    for a model without a GPU, its processes' resident memory (``resident``, read only then); a model with a GPU
+    and no such log reports nothing, since its memory is on the device, where resident memory does not show it
+    (its declared or estimated need stands)."""
+    if logged is not None:
+        return logged
+    return None if on_gpu else resident()
 
 
 def first_known(measured: float | None, declared: float | None, estimated: float | None, *,

@@ -16,8 +16,10 @@ A ``llama-server`` keeps its slots' prompt caches across a stop (``flexinfer.loc
 saves them before the SIGTERM, ``start`` restores them after the health check (the ``restore`` stage) and
 before returning, so no request reaches the server before they are back. ``memory`` is a server's measured
 memory from its start-up log (``flexinfer.core.server_memory``), kept after it stops; once Ready, the server's
-need (what it put on its GPU, else all of it; without such a log its process group's resident memory) is
-reported through ``ServerReporter.measured`` (a group that packs by memory counts it from then on).
+need (what it put on its GPU, else all of it; without such a log, for a model without a GPU, its process
+group's resident memory) is reported through ``ServerReporter.measured`` (a group that packs by memory counts it
+from then on). A model with a GPU and no such log reports nothing: its memory is on the device, where resident
+memory does not show it, so its declared or estimated need stands.
 
 Built by ``flexinfer.assembly.run_local``; the admin API reads ``logs``/``endpoint``/``memory`` from it.
 """
@@ -35,7 +37,7 @@ from flexinfer.api.model import Model
 from flexinfer.api.units import parse_duration
 from flexinfer.core.errors import ConfigError, EngineError, StagingError
 from flexinfer.core.flashloader_settings import FlashLoaderConfig
-from flexinfer.core.memory_need import measured_mib
+from flexinfer.core.memory_need import measured_mib, reported_need
 from flexinfer.core.server_memory import ServerMemory, parse_memory
 from flexinfer.local.flash_settings import FlashSettings
 from flexinfer.local.gpu_discovery import GpuInventory
@@ -284,7 +286,8 @@ class LocalEngine:
 
     async def _report_need(self, server: _Server) -> None:
         """Report what the Ready server takes: the buffers its log shows (the lines may still be on their way:
-        up to ``need_wait``), else its process group's resident memory. Stops early when the server exits."""
+        up to ``need_wait``), else (a model without a GPU) its process group's resident memory. Stops early when
+        the server exits."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.need_wait
         while server.memory is None or not server.memory.complete:
@@ -294,8 +297,9 @@ class LocalEngine:
             self._measure(server)
         if server.stopping or server.process.returncode is not None:
             return
-        logged = measured_mib(server.memory, server.model.gpu_count > 0) if server.memory is not None else None
-        need = logged if logged is not None else group_rss_mib(server.process.pid)
+        on_gpu = server.model.gpu_count > 0
+        logged = measured_mib(server.memory, on_gpu) if server.memory is not None else None
+        need = reported_need(logged, on_gpu, lambda: group_rss_mib(server.process.pid))
         if need is not None:
             server.report.measured(need)
 

@@ -20,7 +20,7 @@ from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.election import ElectionPolicy
 from flexinfer.core.gpu_profiles import GPUProfile
 from flexinfer.core.measured_memory import MEASURE_LOG_LINES, kept, measured_need, measurement, wants_read
-from flexinfer.core.memory_need import MemoryNeed, first_known
+from flexinfer.core.memory_need import MemoryNeed, first_known, reported_need
 from flexinfer.core.model_status.plan import ManagerPolicy
 from flexinfer.core.unit_actions import MemberAction, UnitPlan
 from flexinfer.core.unit_facts import StoredModel, UnitFacts
@@ -238,3 +238,16 @@ def plan(*models: StoredModel, policy: ManagerPolicy = PACKED, **facts: Any) -> 
 
 def member(result: UnitPlan, name: str) -> MemberAction:
     return next(m for m in result.members if m.model.name == name)
+
+
+def test_a_local_server_reports_its_log_else_its_resident_memory_only_without_a_gpu() -> None:
+    """Resident memory does not show what a GPU server put on its device: without log figures, a model with a GPU
+    reports nothing (its declared or estimated need stands), and its processes are not even read."""
+    read: list[bool] = []
+
+    def resident() -> float:
+        read.append(True)
+        return 812.0
+    assert reported_need(2.22, True, resident) == 2.22 and reported_need(2.22, False, resident) == 2.22
+    assert reported_need(None, True, resident) is None and not read
+    assert reported_need(None, False, resident) == 812.0 and read == [True]
