@@ -3,8 +3,9 @@
 In order of preference (``flexinfer.core.arbiter.memory.MemoryLedger`` keeps the figures):
 
 1. ``measured``: what the model's server reported once it was up (a llama.cpp server's buffer sizes from its
-   log, ``measured_mib``; else the engine's reading of the process's memory). It replaces the others for later
-   starts of the same manifest.
+   log, ``measured_mib``; else the engine's reading of the processes' memory: on the GPU through the vendor's
+   binding, else its resident memory; ``reported_need``). It replaces the others for later starts of the same
+   manifest.
 2. ``declared``: ``spec.gpu.vramEstimateMB`` (``declared_mib``).
 3. ``estimated``: for llama.cpp, from the weights (``LlamaShape`` + ``LlamaRun``, read from a GGUF header by
    ``flexinfer.local.gguf_estimate``): the tensors, the KV cache for the context of every parallel slot, and
@@ -82,14 +83,17 @@ def out_of_memory_failure(model: str, need: MemoryNeed, group: str, budget_mib: 
             f"{budget_mib:.0f} MiB ({held_mib:.0f} MiB held by other models); {error}")
 
 
-def reported_need(logged: float | None, on_gpu: bool, resident: Callable[[], float | None]) -> float | None:
+def reported_need(logged: float | None, on_gpu: bool, resident: Callable[[], float | None],
+                  device: Callable[[], float | None]) -> float | None:
     """What a Ready local server reports as its measured need: the buffers its log showed (``measured_mib``), else,
-    for a model without a GPU, its processes' resident memory (``resident``, read only then); a model with a GPU
-    and no such log reports nothing, since its memory is on the device, where resident memory does not show it
-    (its declared or estimated need stands)."""
+    for a model with a GPU, the device memory its processes hold as the GPU binding reports it (``device``), for a
+    model without one, its processes' resident memory (``resident``). Each callable is read only when its figure
+    is the one wanted: resident memory never counts for a GPU model (its memory is on the device, where resident
+    memory does not show it). ``None`` (nothing reported; the declared or estimated need stands) when the chosen
+    source has no figure, e.g. a GPU model without an installed binding."""
     if logged is not None:
         return logged
-    return None if on_gpu else resident()
+    return device() if on_gpu else resident()
 
 
 def first_known(measured: float | None, declared: float | None, estimated: float | None, *,

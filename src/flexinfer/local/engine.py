@@ -16,10 +16,11 @@ A ``llama-server`` keeps its slots' prompt caches across a stop (``flexinfer.loc
 saves them before the SIGTERM, ``start`` restores them after the health check (the ``restore`` stage) and
 before returning, so no request reaches the server before they are back. ``memory`` is a server's measured
 memory from its start-up log (``flexinfer.core.server_memory``), kept after it stops; once Ready, the server's
-need (what it put on its GPU, else all of it; without such a log, for a model without a GPU, its process
-group's resident memory) is reported through ``ServerReporter.measured`` (a group that packs by memory counts it
-from then on). A model with a GPU and no such log reports nothing: its memory is on the device, where resident
-memory does not show it, so its declared or estimated need stands.
+need (what it put on its GPU, else all of it; without such a log, for a model with a GPU, the device memory its
+process group holds as the vendor's binding reports it, ``flexinfer.local.gpu_bindings``; for a model without one,
+the group's resident memory) is reported through ``ServerReporter.measured`` (a group that packs by memory counts
+it from then on). A model with a GPU, no such log and no binding installed (or one that does not see the group)
+reports nothing: resident memory does not show what is on the device, so its declared or estimated need stands.
 
 Built by ``flexinfer.assembly.run_local``; the admin API reads ``logs``/``endpoint``/``memory`` from it.
 """
@@ -40,12 +41,13 @@ from flexinfer.core.flashloader_settings import FlashLoaderConfig
 from flexinfer.core.memory_need import measured_mib, reported_need
 from flexinfer.core.server_memory import ServerMemory, parse_memory
 from flexinfer.local.flash_settings import FlashSettings
+from flexinfer.local.gpu_bindings import process_vram_mib
 from flexinfer.local.gpu_discovery import GpuInventory
 from flexinfer.local.leftovers import TOKEN_VARIABLE, ProcessRecords
 from flexinfer.local.logs import LogStore
 from flexinfer.local.ports import PortAllocator
 from flexinfer.local.process import ServerProcess, describe_exit, last_server_line
-from flexinfer.local.process_memory import group_rss_mib
+from flexinfer.local.process_memory import group_pids, group_rss_mib
 from flexinfer.local.profiles import Availability, LaunchPlan, SystemAvailability, plan_launch
 from flexinfer.local.prompt_cache import PromptCaches, ServerCache, has_saved, prepare_dir, server_cache
 from flexinfer.local.readiness import NotReady, ServerExited, wait_ready
@@ -83,8 +85,8 @@ class LocalEngineSettings:
     env: Mapping[str, str] = field(default_factory=dict)
     """The environment children inherit (``flexinfer.settings.environment()``)."""
     need_wait: float = 5.0
-    """How long a Ready server's buffer lines may take to reach its log before its process group's resident
-    memory is reported as its need instead (servers that log no buffers wait this long)."""
+    """How long a Ready server's buffer lines may take to reach its log before its process group's memory (device
+    memory on a GPU, else resident) is reported as its need instead (servers that log no buffers wait this long)."""
 
 
 class Stager(Protocol):
@@ -286,8 +288,8 @@ class LocalEngine:
 
     async def _report_need(self, server: _Server) -> None:
         """Report what the Ready server takes: the buffers its log shows (the lines may still be on their way:
-        up to ``need_wait``), else (a model without a GPU) its process group's resident memory. Stops early when
-        the server exits."""
+        up to ``need_wait``), else its process group's device memory through the GPU binding (a model with a GPU) or
+        resident memory (one without); both read in a thread. Stops early when the server exits."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.need_wait
         while server.memory is None or not server.memory.complete:
@@ -299,7 +301,9 @@ class LocalEngine:
             return
         on_gpu = server.model.gpu_count > 0
         logged = measured_mib(server.memory, on_gpu) if server.memory is not None else None
-        need = reported_need(logged, on_gpu, lambda: group_rss_mib(server.process.pid))
+        group = server.process.pid  # the server leads its own process group
+        need = await asyncio.to_thread(reported_need, logged, on_gpu, lambda: group_rss_mib(group),
+                                       lambda: process_vram_mib(group_pids(group) or ()))
         if need is not None:
             server.report.measured(need)
 

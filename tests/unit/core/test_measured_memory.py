@@ -6,6 +6,7 @@ real ``llama-server`` built by hack/build-llama-server, at ``--verbosity 4``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -240,14 +241,22 @@ def member(result: UnitPlan, name: str) -> MemberAction:
     return next(m for m in result.members if m.model.name == name)
 
 
-def test_a_local_server_reports_its_log_else_its_resident_memory_only_without_a_gpu() -> None:
-    """Resident memory does not show what a GPU server put on its device: without log figures, a model with a GPU
-    reports nothing (its declared or estimated need stands), and its processes are not even read."""
-    read: list[bool] = []
+def test_a_local_server_reports_its_log_else_its_device_or_resident_memory() -> None:
+    """The log's figures come first; without them a model with a GPU reports its processes' device memory (nothing
+    when no binding answers: its declared or estimated need stands) and a model without one its resident memory.
+    Resident memory does not show what is on the device: it is never read for a GPU model, nor device memory for a
+    model without a GPU."""
+    read: list[str] = []
 
-    def resident() -> float:
-        read.append(True)
-        return 812.0
-    assert reported_need(2.22, True, resident) == 2.22 and reported_need(2.22, False, resident) == 2.22
-    assert reported_need(None, True, resident) is None and not read
-    assert reported_need(None, False, resident) == 812.0 and read == [True]
+    def reading(source: str, mib: float | None) -> Callable[[], float | None]:
+        def read_it() -> float | None:
+            read.append(source)
+            return mib
+        return read_it
+
+    resident, device, no_binding = reading("resident", 812.0), reading("device", 6144.0), reading("device", None)
+    assert reported_need(2.22, True, resident, device) == 2.22 and reported_need(2.22, False, resident, device) == 2.22
+    assert not read
+    assert reported_need(None, True, resident, device) == 6144.0 and read == ["device"]
+    assert reported_need(None, True, resident, no_binding) is None and read == ["device", "device"]
+    assert reported_need(None, False, resident, device) == 812.0 and read == ["device", "device", "resident"]
