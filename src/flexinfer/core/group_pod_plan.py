@@ -134,6 +134,9 @@ class GroupPodPass:
     reap: tuple[tuple[str, str], ...] = ()
     """(namespace, name) of terminating group pods whose containers have all exited: deleted at once (grace
     period 0) so the next group pod gets the device without waiting for the kubelet."""
+    held_by: tuple[str, ...] = ()
+    """While members want the pod and it stays at zero: the pods that still hold the device (members' own pods
+    from ``Exclusive`` mode, a terminating group pod), for the manager's log."""
 
 
 def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: ManagerPolicy) -> GroupPodPass:
@@ -173,7 +176,13 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
         retire=tuple(sorted(n for n in bodies if n in unit.deployments)), wanted=tuple(sorted(wanted)),
         wake=_earliest(next_wakeup([m for m in members if m.name in wanted], (), now, policy),
                        device_settles_at({name: facts.gone_at} if facts.gone_at else {}, now)),
-        reap=reapable({name}, {name: terminating}))
+        reap=reapable({name}, {name: terminating}),
+        held_by=tuple(sorted(_pod_names([p for n in own_pods for p in unit.pods.get(n, ()) if holds_device(p)]
+                                        + ([] if scaled > 0 else terminating)))) if wanted and not replicas else ())
+
+
+def _pod_names(pods: Sequence[Json]) -> list[str]:
+    return [str((p.get("metadata") or {}).get("name") or "") for p in pods]
 
 
 def _budget(strategy: str, members: Sequence[Model], policy: ManagerPolicy) -> float | None:

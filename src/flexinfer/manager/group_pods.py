@@ -63,6 +63,7 @@ class GroupPods:
         self._configmaps: dict[tuple[str, str], str] = {}
         self._pushed: dict[Unit, tuple[str, str]] = {}
         self._woke: dict[Unit, dict[str, datetime]] = {}
+        self._held: dict[Unit, tuple[str, ...]] = {}
         self._announced: dict[str, str] = {}
         self._started = datetime.now(UTC)
 
@@ -124,6 +125,10 @@ class GroupPods:
             await self._api.apply(configmap)
             self._configmaps[(ns, plan.name)] = plan.revision
         before = int(((deployment or {}).get("spec") or {}).get("replicas") or 0)
+        if plan.held_by and self._held.get(unit) != plan.held_by:
+            log.info("group %s: wanted by %s; its pod waits until the device is released by %s", unit,
+                     ", ".join(plan.wanted), ", ".join(plan.held_by))
+        self._held[unit] = plan.held_by
         if plan.replicas > before:
             self._woke[unit] = {m.name: m.status.last_active_time for m in plan.declared
                                 if m.name in plan.wanted and m.status.last_active_time is not None}

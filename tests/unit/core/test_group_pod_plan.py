@@ -87,9 +87,11 @@ def test_a_members_own_pod_from_exclusive_mode_holds_the_device_so_the_group_pod
     held = {"a": [{"metadata": {"name": "a-1"}, "status": {"phase": "Running"}}]}
     wanted = (demand("a", NOW),)
     result = plan(member("a"), demands=wanted, own_pods=held, deployments={"a": {"spec": {"replicas": 1}}})
-    assert result.replicas == 0 and result.retire == ("a",)
+    assert result.replicas == 0 and result.retire == ("a",) and result.held_by == ("a-1",)
     exited = {"a": [{"metadata": {"name": "a-1"}, "status": {"phase": "Succeeded"}}]}
-    assert plan(member("a"), demands=wanted, own_pods=exited).replicas == 1
+    up = plan(member("a"), demands=wanted, own_pods=exited)
+    assert up.replicas == 1 and up.held_by == ()
+    assert plan(member("a"), own_pods=held).held_by == (), "nobody wants it: nothing waits"
 
 
 def test_phases_mirror_the_pods_report_and_the_pod_is_where_requests_go() -> None:
@@ -175,6 +177,7 @@ def test_from_zero_the_next_group_pod_waits_until_the_last_one_released_the_devi
         return plan_group_pod(facts, ControllerDefaults(), POLICY)
 
     assert result(group_pod(terminating=True)).replicas == 0
+    assert result(group_pod(terminating=True)).held_by == ("flexinfer-group-g-1",)
     exited = result(group_pod(terminating=True, exited=True))
     assert exited.replicas == 0 and exited.reap == (("ns", "flexinfer-group-g-1"),)
     assert result().replicas == 1
