@@ -128,7 +128,7 @@ async def test_a_ready_member_is_measured_from_its_log_once_and_the_figure_outli
             group = await c.wait_for(measured, what="a's need measured from its log")
             assert group["memoryNeedMiB"] == pytest.approx(expected.total_mib, abs=0.01)
             assert group["memoryMeasured"]["observedGeneration"] == 1
-            assert group["memoryMeasured"]["serverRun"].startswith(f"{pod}#0@")
+            assert group["memoryMeasured"]["serverRun"] == f"{pod}#0"  # the pod and its restart count
             assert log.reads == [(pod, "model", MEASURE_LOG_LINES)]
 
             now = rfc3339()  # b (60 MiB) fits beside a's measured figure, not beside the whole budget

@@ -201,7 +201,8 @@ class MeasuredMemoryStatus(StatusModel):
     observed_generation: int | None = None
     """The Model generation it was measured for: a changed spec drops it."""
     server_run: str = ""
-    """The server run whose log was read (`pod#restarts@startedAt`): one read per run while there is no figure."""
+    """The server run whose log was read (`pod#restarts`: the pod and its container's restart count): one read per
+    run while there is no figure."""
 
 
 class SharedGroupStatus(StatusModel):

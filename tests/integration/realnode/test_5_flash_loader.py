@@ -89,6 +89,17 @@ def model_pod(node: RealNode, model: str = MODEL) -> dict[str, Any]:
     return live[0]
 
 
+def reported_pod(node: RealNode, model: str = MODEL) -> dict[str, Any]:
+    """The model's pod once the kubelet reports its model container running (the manager asks the server itself,
+    so the reply can come before the kubelet's relist reports the flash-loader finished and the server started)."""
+    def reported() -> dict[str, Any] | None:
+        found = model_pod(node, model)
+        models = [c for c in found["status"].get("containerStatuses", []) if c["name"] == "model"]
+        return found if models and "running" in models[0].get("state", {}) else None
+    pod: dict[str, Any] = wait_for(reported, 30, f"the kubelet reporting {model}'s model container running")
+    return pod
+
+
 def proxy_client(node: RealNode) -> OpenAI:
     ip = node.get("service", "flexinfer-proxy", "-n", NAMESPACE)["spec"]["clusterIP"]
     return OpenAI(base_url=f"http://{ip}/v1", api_key="unused", timeout=300, max_retries=0)
@@ -101,7 +112,7 @@ def test_the_flash_loader_stages_weights_into_tmpfs(node: RealNode, flash_model:
     record("cold start with flash-loader (request -> reply)", time.monotonic() - began)
     assert reply.choices[0].finish_reason in ("length", "stop")
 
-    pod = model_pod(node)
+    pod = reported_pod(node)
     spec = pod["spec"]
     loader = next(c for c in spec["initContainers"] if c["name"] == "flash-loader")
     assert {e["name"]: e.get("value") for e in loader["env"]}["FLASH_CONCURRENCY"] == "3"
@@ -173,7 +184,7 @@ def test_a_staging_longer_than_the_stall_deadline_does_not_fail_requests(node: R
             statuses = [obj.get("status", {}) for _, kind, obj in watch.events
                         if kind == "Model" and obj["metadata"]["name"] == SLOW_MODEL]
 
-    pod = model_pod(node, SLOW_MODEL)
+    pod = reported_pod(node, SLOW_MODEL)
     loader = next(c for c in pod["spec"]["initContainers"] if c["name"] == "flash-loader")
     assert {e["name"]: e.get("value") for e in loader["env"]}["FLASH_MAX_RATE"] == f"{MAX_RATE_MI}Mi"
     ran = pod["status"]["initContainerStatuses"][0]["state"]["terminated"]
