@@ -21,7 +21,7 @@ _FINISHED = frozenset({"Succeeded", "Failed"})
 """Pod phases whose containers have all stopped: such a pod no longer holds its resources."""
 
 
-def holds_device(pod: Json) -> bool:
+def holds_device(pod: Mapping[str, Any]) -> bool:
     """The pod still counts against the node's devices: not finished (a terminating pod still counts)."""
     return ((pod.get("status") or {}).get("phase") or "Pending") not in _FINISHED
 

@@ -152,7 +152,7 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
     rejections += [rejection(bodies[name], ConfigError(message), now) for name, message in sorted(problems.items())]
     members = sorted((m for m in models if m.name not in problems), key=lambda m: m.name)
     name = group_pod_name(group)
-    own_pods = [n for n in bodies if any(holds_device(p) for p in unit.pods.get(n, ()))]
+    own_pods = [p for n in bodies for p in unit.pods.get(n, ()) if holds_device(p)]  # from Exclusive mode
     wanted = {m.name for m in members if _wanted(m, facts, policy)}
     terminating = [p for p in facts.pods if (p.get("metadata") or {}).get("deletionTimestamp") and holds_device(p)]
     scaled = int(((facts.deployment or {}).get("spec") or {}).get("replicas") or 0)
@@ -177,8 +177,8 @@ def plan_group_pod(facts: GroupPodFacts, defaults: ControllerDefaults, policy: M
         wake=_earliest(next_wakeup([m for m in members if m.name in wanted], (), now, policy),
                        device_settles_at({name: facts.gone_at} if facts.gone_at else {}, now)),
         reap=reapable({name}, {name: terminating}),
-        held_by=tuple(sorted(_pod_names([p for n in own_pods for p in unit.pods.get(n, ()) if holds_device(p)]
-                                        + ([] if scaled > 0 else terminating)))) if wanted and not replicas else ())
+        held_by=tuple(sorted(_pod_names(own_pods + ([] if scaled > 0 else terminating))))
+        if wanted and not replicas else ())
 
 
 def _pod_names(pods: Sequence[Json]) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 from flexinfer.api.conventions import GPU_GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from flexinfer.api.model import Model
 from flexinfer.core.controller_defaults import ControllerDefaults
+from flexinfer.core.device_handover import holds_device
 from flexinfer.core.group_pod_plan import GroupPodFacts, GroupPodPass, plan_group_pod
 from flexinfer.core.group_strategy import runs_in_group_pod, strategy_of
 from flexinfer.core.manifests.group_pod import GROUP_POD_PORT, group_pod_name
@@ -237,8 +238,7 @@ def _running(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     Asked from the moment it has an address, not from the kubelet's ``Running`` report: the kubelet notices a
     started container only at its next relist (up to a second), and serve may listen before that."""
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
-            and (p.get("status") or {}).get("podIP")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+            and (p.get("status") or {}).get("podIP") and holds_device(p)]
     return max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
 
 
