@@ -17,6 +17,7 @@ proxy's catalog and the arbiter (``Slot.capacity``).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from flexinfer.api.model import Model
@@ -223,17 +224,23 @@ def parallel_args(model: Model, *, with_config_args: bool = True) -> tuple[str, 
     return (backend.parallel_flags[0], str(count))
 
 
+def flag_value(args: Sequence[object], flags: Collection[str]) -> str | None:
+    """The value after the last of ``flags`` in ``args`` (``--flag V`` or ``--flag=V``; ``""`` when it ends the
+    args; ``None`` when none of them is there)."""
+    found = None
+    for index, arg in enumerate(args):
+        name, eq, value = str(arg).partition("=")
+        if name in flags:
+            found = value if eq else (str(args[index + 1]) if index + 1 < len(args) else "")
+    return found
+
+
 def _flag_value(model: Model, flags: tuple[str, ...]) -> int | None:
     """The integer after the last of ``flags`` in ``spec.config.args`` (``--flag N`` or ``--flag=N``)."""
     args = model.spec.config.get("args")
     if not flags or not isinstance(args, list):
         return None
-    found: object = None
-    for index, arg in enumerate(args):
-        text = str(arg)
-        name, eq, value = text.partition("=")
-        if name in flags:
-            found = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+    found = flag_value(args, flags)
     if found is None:
         return None
     try:

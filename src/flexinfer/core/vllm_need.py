@@ -22,13 +22,13 @@ refuse. Used by ``flexinfer.local.memory_estimate`` and ``flexinfer.core.active_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
 
 from flexinfer.api.model import Model
 from flexinfer.core.errors import ConfigError
 from flexinfer.core.memory_need import MIB
-from flexinfer.core.profiles import config_args
+from flexinfer.core.profiles import config_args, flag_value
 
 BACKENDS: Final = ("vllm",)
 """Backends this rule covers. ``vllm-omni`` is left out: its pipelines run several stages, each with its own
@@ -64,7 +64,7 @@ def need_mib(model: Model, *, device_mib: float | None, weights_bytes: int | Non
 def utilization(model: Model) -> float:
     """``--gpu-memory-utilization`` of ``spec.config.args`` (``--flag V`` or ``--flag=V``; the last one wins),
     else ``DEFAULT_UTILIZATION``; ``ConfigError`` naming the flag for a value outside (0, 1]."""
-    text = _flag(config_args(model), UTILIZATION_FLAG)
+    text = flag_value(config_args(model), (UTILIZATION_FLAG,))
     if text is None:
         return DEFAULT_UTILIZATION
     value = _number(text)
@@ -87,16 +87,6 @@ def cpu_kv_gib(model: Model, inherited_env: Mapping[str, str]) -> float:
         where = "spec.config.env" if own is not None else "the environment"
         raise ConfigError(f"{model.key}: {where}: {KV_SPACE_VARIABLE} must be a number of GiB, got {text!r}")
     return value or DEFAULT_CPU_KV_GIB
-
-
-def _flag(args: Sequence[str], flag: str) -> str | None:
-    """The value after the last ``flag`` (``flag V`` or ``flag=V``; ``""`` when it ends the args)."""
-    found = None
-    for index, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name == flag:
-            found = value if eq else (args[index + 1] if index + 1 < len(args) else "")
-    return found
 
 
 def _number(text: str) -> float | None:

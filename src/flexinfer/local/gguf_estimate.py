@@ -23,7 +23,7 @@ from typing import Any
 from flexinfer.api.model import Model
 from flexinfer.core.errors import ConfigError, EngineError, FlexInferError
 from flexinfer.core.memory_need import LlamaRun, LlamaShape, llama_mib
-from flexinfer.core.profiles import config_args, parallel_requests
+from flexinfer.core.profiles import config_args, flag_value, parallel_requests
 from flexinfer.local.sources import existing_source
 
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$")
@@ -88,8 +88,8 @@ def run_settings(model: Model) -> LlamaRun:
     args = config_args(model)
     return LlamaRun(context=_flag_int(args, _CONTEXT_FLAGS) or 0, parallel=parallel_requests(model) or 1,
                     unified=any(arg in _UNIFIED_FLAGS for arg in args),
-                    k_bytes=_cache_type_bytes(_flag(args, _K_TYPE_FLAGS), model),
-                    v_bytes=_cache_type_bytes(_flag(args, _V_TYPE_FLAGS), model),
+                    k_bytes=_cache_type_bytes(flag_value(args, _K_TYPE_FLAGS), model),
+                    v_bytes=_cache_type_bytes(flag_value(args, _V_TYPE_FLAGS), model),
                     ubatch=_flag_int(args, _UBATCH_FLAGS) or 512)
 
 
@@ -151,18 +151,8 @@ def _per_layer(value: object, layers: int) -> list[int]:
     return [int(value) if isinstance(value, int | float) else 0] * layers
 
 
-def _flag(args: Sequence[str], flags: tuple[str, ...]) -> str | None:
-    """The value after the last of ``flags`` (``--flag V`` or ``--flag=V``)."""
-    found = None
-    for index, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name in flags:
-            found = value if eq else (args[index + 1] if index + 1 < len(args) else "")
-    return found
-
-
 def _flag_int(args: Sequence[str], flags: tuple[str, ...]) -> int | None:
-    text = _flag(args, flags)
+    text = flag_value(args, flags)
     if text is None:
         return None
     try:
