@@ -8,22 +8,32 @@ the node's single ``amd.com/gpu`` (tiny-b has the higher priority). Each round: 
 tiny-a (cold start), then one for tiny-b (swap). Times come from a watch on the API server (received by this
 process, ~ms resolution) and from the runtime's timestamp on the server's log line that says it listens:
 
-    request → decision            proxy demand → manager election: the model is Active in its status
-    → loser's pod gone            swap only: the loser drains, its pod terminates and is deleted (the winner
-                                  is scaled up only then, so its pod never waits out the scheduler's back-off)
-    → Deployment scaled           the manager sees the pod gone and scales the winner up
+    request → demand report       the proxy's ``ModelDemand`` report of the request (``lastActiveTime``) lands
+    → loser preempted             swap only: the manager's election marks the loser Preempted
+    → loser scaled to 0           swap only: the manager reads the proxies' reports afresh (none in flight: no
+                                  drain to wait for) and scales the loser's Deployment to zero
+    → loser's containers exited   swap only: the kubelet stops the loser's containers and reports them exited
+    → loser's pod gone            swap only: the manager deletes the exited pod at once (the winner is scaled
+                                  up only then, so its pod never waits out the scheduler's back-off)
+    → Deployment scaled           the manager scales the winner's Deployment up
     → pod created                 ReplicaSet controller
     → scheduled (back-off)        scheduler; a pod Pending on the device would wait out its back-off here
     → container running           kubelet + containerd (sandbox, image present, container start)
     → server listening            llama.cpp server start (model load), from its log
     → Model Ready                 the manager's own health request answered (or the kubelet's probe), status
-    → reply (kube-proxy)          proxy notices Ready, forwards (to the pod's address; through the Service
-                                  only with ``controller.podEndpoints=false``, where kube-proxy's programming
-                                  shows here), one token generated
+    → reply (kube-proxy)          proxy notices Ready, reports the request in flight (the drain gate),
+                                  forwards (to the pod's address; through the Service only with
+                                  ``controller.podEndpoints=false``, where kube-proxy's programming shows
+                                  here), one token generated
 
-"pod Ready (kubelet)" is printed apart: when the kubelet's probe saw the server, after it listened (what
-readiness cost before the manager asked the pod itself). FlexInfer's own part is decision + Deployment scaled
-+ Model Ready + reply, on top of Kubernetes' and the server's time.
+A stage whose mark comes before the previous one counts zero. Printed apart: "winner Active" (request → the
+winner's status says Active: written after the writes on the path, so not a stage), "of reply: in-flight report"
+(Model Ready → the proxy's in-flight report lands) and "pod Ready (kubelet)" (when the kubelet's probe saw the
+server, after it listened: what readiness cost before the manager asked the pod itself). FlexInfer's own part is
+the stages its processes (proxy, manager) and their API writes take: demand report, loser preempted, loser scaled
+to 0, loser's pod gone, Deployment scaled, Model Ready and reply; the rest is Kubernetes' and the server's time.
+The API server's own time for each write on the path is in its audit log when the node was started with
+``FLEXINFER_NODE_AUDIT_LOG`` (``hack/kube-node``; docs/performance.md).
 
 ``--mode group`` runs the same rounds with the group in group-pod mode (``controller.groupStrategies``
 TimeSliced; the members' image is ``hack/build-images group``'s, FlexInfer with llama-server). A round then
@@ -50,6 +60,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -67,9 +78,12 @@ held it that long, so the figures are the swap's own, not the hold's."""
 IDLE_TIMEOUT = "30s"
 """Both Models idle out this long after their last request, so every round starts with no model server running
 (and nothing counts as demand for a model nobody asked for since)."""
-STAGES = ("decision", "loser's pod gone", "Deployment scaled", "pod created", "scheduled (back-off)",
-          "container running", "server listening", "Model Ready", "reply (kube-proxy)")
-OWN = ("decision", "Deployment scaled", "Model Ready", "reply (kube-proxy)")
+STAGES = ("demand report", "loser preempted", "loser scaled to 0", "loser's containers exited", "loser's pod gone",
+          "Deployment scaled", "pod created", "scheduled (back-off)", "container running", "server listening",
+          "Model Ready", "reply (kube-proxy)")
+LOSER_STAGES = STAGES[1:5]
+OWN = ("demand report", "loser preempted", "loser scaled to 0", "loser's pod gone", "Deployment scaled", "Model Ready",
+       "reply (kube-proxy)")
 """The stages FlexInfer's own code spends (the rest is Kubernetes, the runtime and the model server)."""
 
 
@@ -93,24 +107,34 @@ def listening_at(node: RealNode, model: str, monotonic_now: float) -> float | No
     return None
 
 
-def active(obj: dict[str, Any]) -> bool:
-    return (obj.get("status", {}).get("sharedGroup") or {}).get("state") == "Active"
+def reported(model: str, field: str, since: float = 0.0) -> Callable[[dict[str, Any]], bool]:
+    """A proxy's ModelDemand report holding ``field`` for ``model`` (a time no older than wall time ``since``)."""
+    def holds(obj: dict[str, Any]) -> bool:
+        value = str(((obj.get("spec", {}).get("models") or {}).get(model) or {}).get(field) or "")
+        return bool(value) and datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() >= since
+    return holds
+
+
+def group_state(state: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda obj: (obj.get("status", {}).get("sharedGroup") or {}).get("state") == state
+
+
+def exited(obj: dict[str, Any]) -> bool:
+    statuses = obj.get("status", {}).get("containerStatuses") or []
+    return bool(statuses) and all("terminated" in c.get("state", {}) for c in statuses)
 
 
 def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str | None) -> dict[str, float]:
-    sent = time.monotonic()
+    sent, sent_wall = time.monotonic(), time.time()
     body = json.dumps({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).encode()
     req = urllib.request.Request(f"{base}/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as resp:
         resp.read()
     reply = time.monotonic()
-    decided = watcher.first(sent, "Model", model, active)
     listening = listening_at(node, model, time.monotonic())
     marks = {
-        "decision": decided,
-        "loser's pod gone": (watcher.first(sent, "Pod", loser, lambda o: o.get("watchEventType") == "DELETED")
-                             if loser else decided),
+        "demand report": watcher.first(sent, "ModelDemand", None, reported(model, "lastActiveTime", sent_wall - 0.01)),
         "Deployment scaled": watcher.first(sent, "Deployment", model, lambda o: o["spec"].get("replicas") == 1),
         "pod created": watcher.first(sent, "Pod", model, lambda o: True),
         "scheduled (back-off)": watcher.first(sent, "Pod", model, lambda o: condition(o, "PodScheduled")),
@@ -119,11 +143,18 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
         "Model Ready": watcher.first(sent, "Model", model, lambda o: o.get("status", {}).get("phase") == "Ready"),
         "reply (kube-proxy)": reply,
     }
+    if loser is not None:
+        marks |= {
+            "loser preempted": watcher.first(sent, "Model", loser, group_state("Preempted")),
+            "loser scaled to 0": watcher.first(sent, "Deployment", loser, lambda o: o["spec"].get("replicas") == 0),
+            "loser's containers exited": watcher.first(sent, "Pod", loser, exited),
+            "loser's pod gone": watcher.first(sent, "Pod", loser, lambda o: o.get("watchEventType") == "DELETED"),
+        }
     out, previous = {}, sent
     for stage in STAGES:
-        at = marks[stage]
+        at = marks.get(stage)
         if at is None:
-            out[stage] = float("nan")
+            out[stage] = 0.0 if loser is None and stage in LOSER_STAGES else math.nan
             continue
         out[stage] = max(0.0, at - previous)
         previous = max(previous, at)
@@ -131,6 +162,11 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
              f"{model}'s pod Ready (kubelet)")  # it now comes after the reply
     kubelet = watcher.first(sent, "Pod", model, lambda o: condition(o, "Ready"))
     out["pod Ready (kubelet)"] = kubelet - listening if kubelet is not None and listening is not None else math.nan
+    decided = watcher.first(sent, "Model", model, group_state("Active"))
+    out["winner Active"] = decided - sent if decided is not None else math.nan
+    ready = marks["Model Ready"]
+    in_flight = watcher.first(ready, "ModelDemand", None, reported(model, "inFlightAt")) if ready else None
+    out["of reply: in-flight report"] = in_flight - ready if in_flight is not None and ready else math.nan
     out["total"] = reply - sent
     out["FlexInfer's part"] = sum(out[stage] for stage in OWN)
     return out
@@ -237,7 +273,7 @@ def main() -> int:
             group_rounds(node, base, args.rounds)
             return 0
         results: dict[str, list[dict[str, float]]] = {"cold start tiny-a": [], "swap tiny-a → tiny-b": []}
-        with ApiWatch(node) as watcher:  # closed before the node goes down
+        with ApiWatch(node, demands=True) as watcher:  # closed before the node goes down
             for _ in range(args.rounds):
                 idle(node)
                 results["cold start tiny-a"].append(measure(node, watcher, base, "tiny-a", None))
@@ -245,9 +281,10 @@ def main() -> int:
                 results["swap tiny-a → tiny-b"].append(measure(node, watcher, base, "tiny-b", "tiny-a"))
         for what, rounds in results.items():
             print(f"\n{what} ({len(rounds)} rounds), median seconds (each round)")
-            for stage in (*STAGES, "pod Ready (kubelet)", "total", "FlexInfer's part"):
+            for stage in (*STAGES, "winner Active", "of reply: in-flight report", "pod Ready (kubelet)", "total",
+                          "FlexInfer's part"):
                 each = " ".join(f"{r[stage]:.3f}" for r in rounds)
-                print(f"  {stage:<22} {statistics.median(r[stage] for r in rounds):7.3f}   ({each})")
+                print(f"  {stage:<26} {statistics.median(r[stage] for r in rounds):7.3f}   ({each})")
     finally:
         if node.started:
             real_node.stop()

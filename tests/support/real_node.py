@@ -309,10 +309,11 @@ WATCH_WINDOW_S = 2
 
 
 class ApiWatch:
-    """Local receipt times (``time.monotonic``) of Deployment, Pod and Model changes in the release namespace,
-    from API watch streams (one daemon thread each), so tests and benchmarks can time what users cannot see."""
+    """Local receipt times (``time.monotonic``) of Deployment, Pod and Model changes in the release namespace (and
+    the proxies' ModelDemand reports with ``demands``: their CRD must be installed), from API watch streams (one
+    daemon thread each), so tests and benchmarks can time what users cannot see."""
 
-    def __init__(self, node: RealNode) -> None:
+    def __init__(self, node: RealNode, *, demands: bool = False) -> None:
         self.api = node.env["FLEXINFER_NODE_API"]
         self.token = (node.state_dir / "pki" / "admin.token").read_text().strip()
         self.events: list[tuple[float, str, dict[str, Any]]] = []
@@ -321,6 +322,8 @@ class ApiWatch:
         self.tls.check_hostname, self.tls.verify_mode = False, ssl.CERT_NONE
         paths = (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", f"/api/v1/namespaces/{NAMESPACE}/pods",
                  f"/apis/ai.flexinfer/v1alpha2/namespaces/{NAMESPACE}/models")
+        if demands:
+            paths += (f"/apis/ai.flexinfer/v1alpha1/namespaces/{NAMESPACE}/modeldemands",)
         connected = [threading.Event() for _ in paths]
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._watch, args=(path, event), daemon=True)
@@ -365,14 +368,16 @@ class ApiWatch:
                     with self.lock:
                         self.events.append((time.monotonic(), obj["kind"], obj))
 
-    def first(self, after: float, kind: str, name: str, predicate: Callable[[dict[str, Any]], bool]) -> float | None:
-        """When the first change after ``after`` of ``kind`` for model ``name`` matching ``predicate`` arrived."""
+    def first(self, after: float, kind: str, name: str | None,
+              predicate: Callable[[dict[str, Any]], bool]) -> float | None:
+        """When the first change after ``after`` of ``kind`` for model ``name`` (any object: ``None``) matching
+        ``predicate`` arrived."""
         with self.lock:
             events = list(self.events)
         for at, k, obj in events:
             meta = obj["metadata"]
             label = meta.get("labels", {}).get("flexinfer.ai/model", meta["name"])
-            if at >= after and k == kind and label == name and predicate(obj):
+            if at >= after and k == kind and name in (None, label) and predicate(obj):
                 return at
         return None
 

@@ -48,6 +48,9 @@ class RecordingKubeApi:
     async def post_event(self, _body: Body, type_: str, reason: str, _message: str) -> None:
         self.calls.append(("event", type_, reason))
 
+    def record_event(self, _body: Body, type_: str, reason: str, _message: str) -> None:
+        self.calls.append(("event", type_, reason))
+
     async def list_demands(self, namespace: str) -> list[Body] | None:
         self.calls.append(("list_demands", namespace))
         return self.reports

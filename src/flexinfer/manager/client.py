@@ -6,7 +6,8 @@
   manager's ``PatchSession`` (aiohttp, ``flexinfer.manager.patch_session``) when it is given one, and each is
   counted as a write of the running pass (``flexinfer.manager.own_writes``);
 - ``delete`` (404 = done), ``create`` (a cleanup Job, a group pod's token Secret; 409 AlreadyExists = done),
-  ``post_event`` (core/v1 Event);
+  ``post_event`` (core/v1 Event; ``record_event`` posts one in the background, for a caller on a swap's path,
+  and ``close`` waits up to ``EVENT_FLUSH_S`` for those still being posted);
 - ``secret_value``: a group pod's admin token (``flexinfer.manager.group_pods``);
 - Lease get/create/replace for leader election (optimistic concurrency through ``resourceVersion``);
 - ``list_demands``: the proxies' ``ModelDemand`` reports of a namespace, read from the API server (not a
@@ -47,6 +48,8 @@ log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
 FIELD_MANAGER = "flexinfer"
 COMPONENT = "flexinfer-manager"
+EVENT_FLUSH_S = 5.0
+"""At ``close``, the longest wait for events still being posted in the background."""
 ModelResource = create_namespaced_resource("ai.flexinfer", "v1alpha2", "Model", "models")
 ModelDemandResource = create_namespaced_resource("ai.flexinfer", "v1alpha1", "ModelDemand", "modeldemands")
 _KINDS: dict[str, Any] = {"Deployment": Deployment, "Service": Service, "Job": Job, "Lease": Lease, "Pod": Pod,
@@ -64,6 +67,7 @@ class KubeApi:
         self.client = client
         self._patches = patches
         self.host = socket.gethostname()
+        self._events: set[asyncio.Task[None]] = set()
 
     async def apply(self, body: Body) -> Body:
         """Server-side apply ``body`` (a Deployment or Service); returns the live object."""
@@ -159,6 +163,12 @@ class KubeApi:
         except (ApiError, OSError) as error:
             log.warning("cannot record event %s on %s/%s: %s", reason, meta.get("namespace"), meta.get("name"), error)
 
+    def record_event(self, model: Body, type_: str, reason: str, message: str) -> None:
+        """``post_event`` in the background: the caller goes on without waiting for the API server."""
+        task = asyncio.get_running_loop().create_task(self.post_event(model, type_, reason, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
     async def get_lease(self, namespace: str, name: str) -> Body | None:
         try:
             return _plain(await self.client.get(Lease, name, namespace=namespace))
@@ -202,4 +212,11 @@ class KubeApi:
         return str(response.text).splitlines()
 
     async def close(self) -> None:
+        """Close the client once the events posted in the background are sent (those not sent within
+        ``EVENT_FLUSH_S`` are dropped)."""
+        if self._events:
+            _, late = await asyncio.wait(set(self._events), timeout=EVENT_FLUSH_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         await self.client.close()

@@ -89,6 +89,9 @@ class Reconciler:
             await self.group_pods.retire(unit)
         if self._policy.pod_endpoints:
             self.prober.track(unit, (p for bodies in facts.pods.values() for p in bodies))
+            if await self.prober.first_answers(unit):  # a server already up is Ready in this pass
+                now = self._clock()
+                facts = self.facts(unit, now)
         plan = plan_unit(facts, self._defaults, self._policy)
         await self._execute(plan)
         if unit.group:
@@ -170,7 +173,7 @@ class Reconciler:
         async with self._scope("model", model.namespace, model.name):
             body = await self._patch(model, preemption.patch) if preemption.patch else self._store_body(model)
             self.lifecycle.preempted(model, preemption.by)
-            await self._api.post_event(body, "Normal", "Preempted", preemption.message)
+            self._api.record_event(body, "Normal", "Preempted", preemption.message)  # not on the swap's path
             log.info("model %s preempted: %s", model.key, preemption.message)
 
     async def _fresh_reports(self, namespace: str) -> list[ModelDemand] | None:

@@ -9,6 +9,10 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
 from flexinfer.cluster_proxy.demand import rfc3339
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.model_status.plan import ManagerPolicy
@@ -94,3 +98,41 @@ async def test_a_crash_loop_is_written_with_its_logged_cause_and_announced_once(
     assert parsed is not None and parsed.model is not None
     assert parsed.model.status.message == ("CrashLoopBackOff: container model crashed 2 times: "
                                            "llama_load_model_from_file: failed to load model")
+
+
+def serving_pod(store: Store, port: int) -> None:
+    """``m``'s pod as the kubelet first reports it: running, with an address, its readiness probe not yet run."""
+    store.put("Pod", {
+        "metadata": {"name": "m-abc", "namespace": "ns", "labels": {"flexinfer.ai/model": "m"},
+                     "creationTimestamp": rfc3339(NOW), "resourceVersion": "3"},
+        "spec": {"containers": [{"name": "model", "ports": [{"name": "http", "containerPort": port}],
+                                 "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}}}]},
+        "status": {"podIP": "127.0.0.1", "containerStatuses": [
+            {"name": "model", "ready": False, "restartCount": 0, "state": {"running": {"startedAt": rfc3339(NOW)}}}]}})
+
+
+@pytest.mark.parametrize(("answer", "phase"), [(200, "Ready"), (503, "Loading")], ids=["listening", "loading"])
+async def test_the_pass_that_first_asks_a_listening_server_writes_ready_in_one_status_write(
+        answer: int, phase: str) -> None:
+    asked: list[str] = []
+
+    async def health(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.Response(status=answer)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    async with TestServer(app, host="127.0.0.1") as server:
+        store, wakes = Store(), cast(list[tuple[Unit, datetime]], [])
+        loading(store)
+        serving_pod(store, server.port or 0)
+        api = RecordingKubeApi(store, log=["main: server is listening on http://0.0.0.0:8080"])
+        reconciler = subject(store, api, wakes)
+        try:
+            await reconciler.reconcile(Unit("ns", "m"))
+        finally:
+            await reconciler.prober.close()
+    assert asked[:1] == ["/health"], "the pass asked the server itself"
+    assert len([c for c in api.calls if c[0] == "status"]) == 1
+    parsed = store.model("ns", "m")
+    assert parsed is not None and parsed.model is not None and parsed.model.status.phase == phase
