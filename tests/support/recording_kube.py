@@ -68,3 +68,7 @@ class RecordingKubeApi:
                            previous: bool = False) -> list[str]:
         self.calls.append(("previous-log" if previous else "log", pod, container))
         return self.log[-lines:]
+
+    async def delete(self, kind: str, namespace: str, name: str, *, grace_period: int | None = None) -> bool:
+        self.calls.append(("delete", kind, name, str(grace_period)))
+        return True

@@ -3,8 +3,8 @@
 - ``apply``: server-side apply (field manager ``flexinfer``, force) of a rendered Deployment/Service, so
   only the fields FlexInfer renders are owned (replicas included) and an unchanged apply is a no-op;
 - ``patch_model_status``: merge patch on ``models/status``; these two, the writes of every pass, go through the
-  manager's ``PatchSession`` (aiohttp, ``flexinfer.manager.patch_session``) when it is given one, and each is
-  counted as a write of the running pass (``flexinfer.manager.own_writes``);
+  manager's ``PatchSession`` (aiohttp, ``flexinfer.manager.patch_session``) when it is given one; each of them
+  and each ``delete`` is counted as a write of the running pass (``flexinfer.manager.own_writes``);
 - ``delete`` (404 = done), ``create`` (a cleanup Job, a group pod's token Secret; 409 AlreadyExists = done),
   ``post_event`` (core/v1 Event; ``record_event`` posts one in the background, for a caller on a swap's path,
   and ``close`` waits up to ``EVENT_FLUSH_S`` for those still being posted);
@@ -112,6 +112,7 @@ class KubeApi:
     async def delete(self, kind: str, namespace: str, name: str, *, grace_period: int | None = None) -> bool:
         """Delete an object (``grace_period`` 0: a pod whose containers have exited); ``False`` when it was already
         gone."""
+        count_write()
         try:
             await self.client.delete(_KINDS[kind], name, namespace=namespace, grace_period=grace_period)
         except ApiError as error:

@@ -104,6 +104,7 @@ class GroupPods:
             if await self._api.delete("Pod", namespace, pod, grace_period=0):
                 log.info("group pod %s/%s: its containers have exited; deleted now so the next one gets the GPU",
                          namespace, pod)
+            self._store.forget_pod(namespace, pod)  # gone at once: the follow-up pass goes on without the watch
         await self._write_objects(unit, plan, deployment)
         self.links.track(unit, target)
         waiting = self.links.asking(unit)  # a running pod not heard from yet (a new pod, a restarted manager)

@@ -160,6 +160,7 @@ class Reconciler:
             if await self._api.delete("Pod", namespace, pod, grace_period=0):
                 log.info("pod %s/%s: its containers have exited; deleted now so the GPU goes to the next model",
                          namespace, pod)
+            self._store.forget_pod(namespace, pod)  # gone at once: the follow-up pass scales the winner up
         for action in plan.members:
             if action.model.name in draining and action.busy:
                 log.info("model %s drains in-flight requests of %s", action.model.key, ", ".join(action.busy))

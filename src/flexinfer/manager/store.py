@@ -12,7 +12,9 @@ pattern existed is ignored (and listed in ``ignored`` for the reconciler to repo
 object. It also remembers when the last pod of each model was deleted (``pods_gone_at``): a device released a
 moment ago may not be rebound yet, and when its watch showed a pod or Deployment turn Ready live (``ready_seen``,
 ``flexinfer.manager.ready_watch``). A group pod's Deployment, Service and pods (label ``flexinfer.ai/group-pod``)
-affect their group's unit. ``put`` takes the moment the watch delivered a body (``seen``; ``None`` for
+affect their group's unit. A pod the manager deleted itself with grace period 0 (``forget_pod``: gone at once) is
+dropped without waiting for the watch's DELETED event, and the events still on their way for it are ignored
+(``REAPED_KEPT`` names remembered). ``put`` takes the moment the watch delivered a body (``seen``; ``None`` for
 listings and the manager's own writes).
 
 A pass reads only its unit's objects: ModelCaches and ModelDemands are kept per namespace, GPULeases per
@@ -113,6 +115,10 @@ def _parse(body: Body) -> Parsed:
     return Parsed(body, model, None, stored.ignored)
 
 
+REAPED_KEPT = 256
+"""How many pods deleted by the manager itself are remembered, so a late watch event cannot bring one back."""
+
+
 class Store:
     """Latest bodies of Models, Deployments, Pods, ModelCaches, GPULeases and ModelDemands (see the module
     docstring)."""
@@ -126,6 +132,8 @@ class Store:
         self._deployments: dict[Key, Body] = {}
         self._services: dict[Key, Body] = {}
         self._pods: dict[Key, dict[str, Body]] = defaultdict(dict)
+        self._reaped: dict[Key, None] = {}
+        """(namespace, name) of pods ``forget_pod`` dropped, oldest first (at most ``REAPED_KEPT``)."""
         self._caches: dict[str, dict[str, StoredCache]] = defaultdict(dict)
         """Namespace → name → the ModelCache."""
         self._leases: dict[Key, dict[str, GPULease]] = defaultdict(dict)
@@ -232,10 +240,20 @@ class Store:
     def _put_pod(self, body: Body) -> list[Unit]:
         namespace, name = key_of(body)
         model = ((body.get("metadata") or {}).get("labels") or {}).get(MODEL_LABEL)
-        if not model:
+        if not model or (namespace, name) in self._reaped:
             return []
         self._pods[(namespace, model)][name] = body
         return self._owner_units(body, model)
+
+    def forget_pod(self, namespace: str, name: str) -> None:
+        """The manager deleted this pod with grace period 0: it is gone now (its DELETED event may come later)."""
+        for (ns, _model), pods in self._pods.items():
+            if ns == namespace and name in pods:
+                self.remove("Pod", pods[name])
+                break
+        self._reaped[(namespace, name)] = None
+        while len(self._reaped) > REAPED_KEPT:
+            del self._reaped[next(iter(self._reaped))]
 
     def _remove_pod(self, body: Body) -> list[Unit]:
         namespace, name = key_of(body)

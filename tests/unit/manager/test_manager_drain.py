@@ -102,3 +102,43 @@ def test_merge_helper_agrees_with_the_status_diff() -> None:
     before = {"phase": "Ready", "sharedGroup": {"state": "Active", "groupName": "g"}}
     after = {"phase": "Preempted", "sharedGroup": {"state": "Preempted", "groupName": "g"}}
     assert merged(before, merge_diff(before, after)) == after
+
+
+def high_pod(version: str, *, finished: bool) -> Body:
+    """``high``'s pod: running, or deleted by its ReplicaSet with every container exited (the kubelet keeps the
+    object until its next status sync)."""
+    meta: Body = {"name": "high-1", "namespace": "ns", "labels": {"flexinfer.ai/model": "high"},
+                  "resourceVersion": version, "creationTimestamp": rfc3339(NOW - timedelta(minutes=1))}
+    state: Body = {"running": {}}
+    if finished:
+        meta["deletionTimestamp"] = rfc3339(NOW)
+        state = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    return {"metadata": meta, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "model", "restartCount": 0, "state": state}]}}
+
+
+async def test_the_winner_is_scaled_up_in_the_pass_after_the_reap_without_the_watch_echo() -> None:
+    store = Store()
+    member(store, "high", 200, phase="Ready", lastActiveTime=rfc3339(NOW - timedelta(seconds=1)),
+           sharedGroup={"state": "Active", "groupName": "g"})
+    member(store, "low", 100, lastActiveTime=rfc3339(NOW - timedelta(seconds=3)))
+    store.put("Deployment", {"apiVersion": "apps/v1", "kind": "Deployment",
+                             "metadata": {"name": "high", "namespace": "ns", "resourceVersion": "1"},
+                             "spec": {"replicas": 1}, "status": {"replicas": 1, "readyReplicas": 1}})
+    store.put("Pod", high_pod("5", finished=False))
+    api = Api(store, [])
+    subject = Reconciler(cast(KubeApi, api), store, ControllerDefaults(), POLICY, sink=Sink(),  # type: ignore[arg-type]
+                         scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None,  # type: ignore[arg-type,return-value]
+                         clock=lambda: NOW)
+    await subject.reconcile(GROUP)
+    assert ("apply", "Deployment", "low", "0") in api.calls, "the winner waits while the loser's pod runs"
+    store.put("Pod", high_pod("6", finished=True))
+    api.calls.clear()
+    await subject.reconcile(GROUP)
+    assert ("delete", "Pod", "high-1", "0") in api.calls
+    assert ("apply", "Deployment", "low", "1") not in api.calls, "the pass decided before the delete"
+    api.calls.clear()
+    await subject.reconcile(GROUP)  # the queue's follow-up: the delete counted as a write
+    assert ("apply", "Deployment", "low", "1") in api.calls, "no DELETED event needed"
+    store.put("Pod", high_pod("7", finished=True))  # a late event for the deleted pod
+    assert list(store.pods("ns", "high")) == []

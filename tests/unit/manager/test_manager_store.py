@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
+from flexinfer.manager import store as store_module
 from flexinfer.manager.store import Store, Unit
 from support.resource_builders import model_doc
 
@@ -65,6 +68,24 @@ def test_the_store_remembers_when_a_pod_of_a_model_last_went() -> None:
     assert store.pods_gone_at("ns", "a") == datetime(2026, 1, 1, tzinfo=UTC)
     store.remove("Pod", pods[1])
     assert store.pods_gone_at("ns", "a") == datetime(2026, 1, 1, tzinfo=UTC), "a repeated deletion changes nothing"
+
+
+def test_a_pod_the_manager_deleted_is_gone_at_once_and_its_late_events_are_ignored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "REAPED_KEPT", 2)
+    store = Store(clock=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    store.put("Model", body("a", 1))
+    pods = [{"metadata": {"name": f"a-{i}", "namespace": "ns", "labels": {"flexinfer.ai/model": "a"},
+                          "resourceVersion": "5"}} for i in (1, 2, 3)]
+    store.put("Pod", pods[0])
+    store.forget_pod("ns", "a-1")
+    assert list(store.pods("ns", "a")) == [] and store.pods_gone_at("ns", "a") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert store.put("Pod", {**pods[0], "metadata": {**pods[0]["metadata"], "resourceVersion": "6"}}) == []
+    assert list(store.pods("ns", "a")) == [], "a late MODIFIED event does not bring it back"
+    store.forget_pod("ns", "a-2")
+    store.forget_pod("ns", "a-3")  # only the newest REAPED_KEPT names are kept
+    store.put("Pod", pods[0])
+    assert [p["metadata"]["name"] for p in store.pods("ns", "a")] == ["a-1"]
 
 
 def test_a_modelcache_reconciles_the_models_it_matches() -> None:
