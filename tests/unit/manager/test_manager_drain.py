@@ -50,8 +50,8 @@ def member(store: Store, name: str, priority: int, **status: Any) -> None:
     store.put("Model", doc)
 
 
-async def preempt_high(reports: list[Body] | None, cached: tuple[Body, ...] = ()) -> tuple[Store, Api]:
-    """``high`` Ready and Active, ``low`` starving: this reconcile preempts ``high``."""
+def high_holds_the_gpu(reports: list[Body] | None, cached: tuple[Body, ...] = ()) -> tuple[Store, Api, Reconciler]:
+    """``high`` Ready and Active, ``low`` starving; the reconciler of their group (its next pass preempts ``high``)."""
     store = Store()
     member(store, "high", 200, phase="Ready", lastActiveTime=rfc3339(NOW - timedelta(seconds=1)),
            sharedGroup={"state": "Active", "groupName": "g"})
@@ -65,6 +65,12 @@ async def preempt_high(reports: list[Body] | None, cached: tuple[Body, ...] = ()
     subject = Reconciler(cast(KubeApi, api), store, ControllerDefaults(), POLICY, sink=Sink(),  # type: ignore[arg-type]
                          scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None,  # type: ignore[arg-type,return-value]
                          clock=lambda: NOW)
+    return store, api, subject
+
+
+async def preempt_high(reports: list[Body] | None, cached: tuple[Body, ...] = ()) -> tuple[Store, Api]:
+    """``high`` Ready and Active, ``low`` starving: this reconcile preempts ``high``."""
+    store, api, subject = high_holds_the_gpu(reports, cached)
     await subject.reconcile(GROUP)
     return store, api
 
@@ -118,18 +124,8 @@ def high_pod(version: str, *, finished: bool) -> Body:
 
 
 async def test_the_winner_is_scaled_up_in_the_pass_after_the_reap_without_the_watch_echo() -> None:
-    store = Store()
-    member(store, "high", 200, phase="Ready", lastActiveTime=rfc3339(NOW - timedelta(seconds=1)),
-           sharedGroup={"state": "Active", "groupName": "g"})
-    member(store, "low", 100, lastActiveTime=rfc3339(NOW - timedelta(seconds=3)))
-    store.put("Deployment", {"apiVersion": "apps/v1", "kind": "Deployment",
-                             "metadata": {"name": "high", "namespace": "ns", "resourceVersion": "1"},
-                             "spec": {"replicas": 1}, "status": {"replicas": 1, "readyReplicas": 1}})
+    store, api, subject = high_holds_the_gpu([])
     store.put("Pod", high_pod("5", finished=False))
-    api = Api(store, [])
-    subject = Reconciler(cast(KubeApi, api), store, ControllerDefaults(), POLICY, sink=Sink(),  # type: ignore[arg-type]
-                         scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None,  # type: ignore[arg-type,return-value]
-                         clock=lambda: NOW)
     await subject.reconcile(GROUP)
     assert ("apply", "Deployment", "low", "0") in api.calls, "the winner waits while the loser's pod runs"
     store.put("Pod", high_pod("6", finished=True))
