@@ -246,9 +246,12 @@ class Store:
         return self._owner_units(body, model)
 
     def forget_pod(self, namespace: str, name: str) -> None:
-        """The manager deleted this pod with grace period 0: it is gone now (its DELETED event may come later)."""
+        """The manager deleted this pod with grace period 0: it is gone now (its DELETED event may come later),
+        unless finalizers keep the object until their controllers remove them."""
         for (ns, _model), pods in self._pods.items():
             if ns == namespace and name in pods:
+                if (pods[name].get("metadata") or {}).get("finalizers"):
+                    return
                 self.remove("Pod", pods[name])
                 break
         self._reaped[(namespace, name)] = None

@@ -88,6 +88,16 @@ def test_a_pod_the_manager_deleted_is_gone_at_once_and_its_late_events_are_ignor
     assert [p["metadata"]["name"] for p in store.pods("ns", "a")] == ["a-1"]
 
 
+def test_a_deleted_pod_kept_by_finalizers_stays_in_the_store() -> None:
+    store = Store()
+    store.put("Model", body("a", 1))
+    store.put("Pod", {"metadata": {"name": "a-1", "namespace": "ns", "labels": {"flexinfer.ai/model": "a"},
+                                   "finalizers": ["example.com/audit"], "resourceVersion": "5"}})
+    store.forget_pod("ns", "a-1")
+    assert [p["metadata"]["name"] for p in store.pods("ns", "a")] == ["a-1"]
+    assert store.pods_gone_at("ns", "a") is None
+
+
 def test_a_modelcache_reconciles_the_models_it_matches() -> None:
     store = Store()
     store.put("Model", body("coder", 1, source="HF://org/coder"))
