@@ -68,6 +68,7 @@ from flexinfer.proxy.auth import BearerAuth
 from flexinfer.proxy.config import ProxyConfig, proxy_config
 from flexinfer.proxy.status_page import StatusPage, install
 from flexinfer.runtime.activity import ActivityLog
+from flexinfer.runtime.background import Background
 from flexinfer.runtime.dispatcher import Dispatcher
 from flexinfer.runtime.observer import LifecycleObserver, ObserverGroup
 from flexinfer.settings import Environment, environment, warn
@@ -146,30 +147,25 @@ class LocalServer:
     tracing: Tracing
     reloader: ManifestReloader | None = None
     _hurrying: asyncio.Future[None] | None = None
-    _reloads: set[asyncio.Task[object]] = field(default_factory=set)
+    _reloads: Background = field(default_factory=Background)
     _closing: bool = False
 
     def reload(self, trigger: str) -> None:
         """Reload the manifests in the background (SIGHUP); ignored once ``close`` began."""
         if self.reloader is None or self._closing:
             return
-        task: asyncio.Task[object] = asyncio.ensure_future(self.reloader.reload(trigger))
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
+        self._reloads.spawn(self.reloader.reload(trigger))
 
     def watch(self) -> None:
         """Start polling the manifest files for changes (see ``flexinfer.local.reloading``)."""
         if self.reloader is not None:
-            task: asyncio.Task[object] = asyncio.ensure_future(self.reloader.watch())
-            self._reloads.add(task)
-            task.add_done_callback(self._reloads.discard)
+            self._reloads.spawn(self.reloader.watch())
 
     async def close(self) -> None:
         """Reject waiting requests, let in-flight ones finish, stop every server, flush traces."""
         started = time.monotonic()
         self._closing = True
-        for task in list(self._reloads):
-            task.cancel()
+        self._reloads.cancel()
         try:
             await asyncio.gather(self.proxy.shutdown(), self.dispatcher.shutdown())
         finally:

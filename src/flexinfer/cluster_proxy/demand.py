@@ -41,6 +41,7 @@ from flexinfer.core.errors import EngineError
 from flexinfer.core.model_status.plan import STAGE_OF_SUBSTAGE
 from flexinfer.core.phases import COND_CONFIG_VALID, READY, find_condition
 from flexinfer.core.replicas import cold_start_timeout_seconds
+from flexinfer.runtime.background import Background
 from flexinfer.runtime.ports import Endpoint, ServerReporter
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class DemandSignal:
         self._last: dict[str, float] = {}
         self._written: dict[str, datetime] = {}
         """key → the last ``lastActiveTime`` this replica wrote."""
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self.patches = 0
         """Successful demand writes (for tests and logs)."""
 
@@ -97,9 +98,7 @@ class DemandSignal:
         if model.key in self._in_flight or not self._due(model):
             return
         self._last[model.key] = self._clock()
-        task = asyncio.create_task(self._quiet_patch(model), name=f"keep-alive-{model.key}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.spawn(self._quiet_patch(model), name=f"keep-alive-{model.key}")
 
     def _due(self, model: Model) -> bool:
         last = self._last.get(model.key)
@@ -142,10 +141,11 @@ class DemandSignal:
     async def aclose(self) -> None:
         """Cancel background keep-alive patches and shared writes still retrying (their waiters are gone at
         shutdown; a waiter cancelled earlier leaves the write to the others that joined it)."""
-        tasks = [*self._background, *self._in_flight.values()]
-        for task in tasks:
+        shared = list(self._in_flight.values())
+        for task in shared:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.close(wait=0)
+        await asyncio.gather(*shared, return_exceptions=True)
 
 
 def endpoint_of(model: Model, override_enabled: bool) -> str | None:

@@ -38,6 +38,7 @@ from flexinfer.cluster_proxy.demand import forwarding_endpoint, rfc3339, utc_now
 from flexinfer.cluster_proxy.demand_report import DemandReport
 from flexinfer.cluster_proxy.model_api import KubeApiError, ModelApi
 from flexinfer.core.phases import READY
+from flexinfer.runtime.background import Background
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class InflightReporter:
         self._report, self._api, self._now, self._clock, self._refresh = report, api, now, clock, refresh
         self._written: dict[str, tuple[str, str, float]] = {}
         """key → (namespace, name, monotonic time of our last stamp) for every report we left set."""
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self._restamping: set[str] = set()
         self._first: dict[str, asyncio.Future[bool]] = {}
         self.writes = 0
@@ -106,9 +107,7 @@ class InflightReporter:
 
     def _spawn(self, write: Coroutine[Any, Any, None], name: str, done: Callable[[], None] | None = None) -> None:
         """Run ``write`` in the background (awaited by ``aclose``); ``done`` after it ends."""
-        task = asyncio.create_task(write, name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task = self._background.spawn(write, name=name)
         if done is not None:
             task.add_done_callback(lambda _: done())
 
@@ -144,8 +143,7 @@ class InflightReporter:
         return True
 
     async def aclose(self) -> None:
-        tasks = list(self._background)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.close()
 
 
 def _forwarded(stored: Mapping[str, Any] | None) -> bool:

@@ -43,6 +43,7 @@ from flexinfer.api.conventions import MODEL_LABEL
 from flexinfer.api.model import API_VERSION, KIND
 from flexinfer.manager.own_writes import count_write
 from flexinfer.manager.patch_session import PatchSession
+from flexinfer.runtime.background import Background
 
 log = logging.getLogger("flexinfer.manager")
 Body = dict[str, Any]
@@ -67,7 +68,7 @@ class KubeApi:
         self.client = client
         self._patches = patches
         self.host = socket.gethostname()
-        self._events: set[asyncio.Task[None]] = set()
+        self._events = Background()
 
     async def apply(self, body: Body) -> Body:
         """Server-side apply ``body`` (a Deployment or Service); returns the live object."""
@@ -166,9 +167,7 @@ class KubeApi:
 
     def record_event(self, model: Body, type_: str, reason: str, message: str) -> None:
         """``post_event`` in the background: the caller goes on without waiting for the API server."""
-        task = asyncio.get_running_loop().create_task(self.post_event(model, type_, reason, message))
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
+        self._events.spawn(self.post_event(model, type_, reason, message))
 
     async def get_lease(self, namespace: str, name: str) -> Body | None:
         try:
@@ -215,9 +214,5 @@ class KubeApi:
     async def close(self) -> None:
         """Close the client once the events posted in the background are sent (those not sent within
         ``EVENT_FLUSH_S`` are dropped)."""
-        if self._events:
-            _, late = await asyncio.wait(set(self._events), timeout=EVENT_FLUSH_S)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+        await self._events.close(EVENT_FLUSH_S)
         await self.client.close()
