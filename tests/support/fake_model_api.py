@@ -39,7 +39,9 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+        elif isinstance(value, Mapping):  # a new object gets the patch's non-null members only
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
             merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)

@@ -4,8 +4,13 @@ One ``ModelDemand`` per namespace this replica serves Models in, named after the
 and living in that namespace, holds per Model name what ``DemandSignal`` (``lastActiveTime``), the
 ``WaitMarker`` (``waitingSince``) and the ``InflightReporter`` (``inFlightAt``) report to the manager
 (``flexinfer.api.modeldemand``). ``write`` merge-patches one Model's fields together with ``renewTime``
-(the replica's heartbeat); the first write of this process to a namespace creates the object, or resets
-the ``spec`` of one left by an earlier run of the same pod (so no old wait or in-flight report revives).
+(the replica's heartbeat). One patch per object is in flight at a time: fields written meanwhile, for any Model of
+the namespace, go together in the next one (an activation's ``lastActiveTime`` and ``waitingSince`` land in one
+write instead of two concurrent patches of one object, which the API server serialises by retrying one of them:
+13 ms instead of 4 on the real node), each caller returning once the patch that carried its fields landed; a
+later value of a field still waiting replaces the earlier one. The first write of this process to a namespace
+creates the object, or resets the ``spec`` of one left by an earlier run of the same pod (so no old wait or
+in-flight report revives).
 ``renew`` (every ``RENEW_INTERVAL``, from ``run``) keeps ``renewTime`` fresh while a report holds a wait
 or requests in flight, so the manager can tell a live replica from a dead one. ``delete_all`` removes the
 objects at shutdown; the report in the pod's own namespace is also owned by the pod (``PodOwner``), so the
@@ -21,7 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +62,14 @@ def object_name(identity: str) -> str:
     return cleaned or "flexinfer-proxy"
 
 
+@dataclass
+class _Batch:
+    """Fields waiting for the next patch of one report object, and the writers waiting for it to land."""
+
+    models: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+
 class DemandReport:
     """See the module docstring. ``write`` raises ``KubeApiError``; ``renew``/``delete_all`` only log."""
 
@@ -71,14 +84,46 @@ class DemandReport:
         self._live: dict[str, set[tuple[str, str]]] = {}
         """namespace → (model, field) reported with a value among ``LIVE_FIELDS``."""
         self._renewed: dict[str, float] = {}
+        self._pending: dict[str, _Batch] = {}
+        self._senders: dict[str, asyncio.Task[None]] = {}
         self.writes = 0
+        """Patches that landed (each may carry several writes)."""
 
     async def write(self, namespace: str, model: str, fields: Mapping[str, str | None]) -> None:
-        """Merge ``fields`` into this replica's report on ``model`` (``None`` removes a field)."""
+        """Merge ``fields`` into this replica's report on ``model`` (``None`` removes a field); returns once the
+        patch carrying them landed, raises what it failed with."""
+        batch = self._pending.setdefault(namespace, _Batch())
+        batch.models.setdefault(model, {}).update(fields)
+        landed = asyncio.get_running_loop().create_future()
+        batch.waiters.append(landed)
+        if namespace not in self._senders:
+            self._senders[namespace] = asyncio.create_task(self._send(namespace), name=f"demand-report-{namespace}")
+        await landed
+
+    async def _send(self, namespace: str) -> None:
+        """Patch the namespace's report until no fields wait (one patch in flight; see the module docstring)."""
+        try:
+            while (batch := self._pending.pop(namespace, None)) is not None:
+                try:
+                    await self._patch(namespace, batch.models)
+                except Exception as exc:  # every writer of the batch gets the failure
+                    _settle(batch.waiters, exc)
+                except BaseException:
+                    _settle(batch.waiters, None, cancelled=True)
+                    raise
+                else:
+                    _settle(batch.waiters, None)
+        finally:
+            del self._senders[namespace]
+            leftover = self._pending.pop(namespace, None)  # only when cancelled: nothing sends them now
+            if leftover is not None:
+                _settle(leftover.waiters, None, cancelled=True)
+
+    async def _patch(self, namespace: str, models: Mapping[str, Mapping[str, str | None]]) -> None:
         for attempt in (1, 2):
             await self._ensure(namespace)
             stamp = self._clock()
-            patch = {"spec": {"renewTime": rfc3339(self._now()), "models": {model: dict(fields)}}}
+            patch = {"spec": {"renewTime": rfc3339(self._now()), "models": {m: dict(f) for m, f in models.items()}}}
             try:
                 await self._api.patch_demand(namespace, self.name, patch)
             except KubeApiError as exc:
@@ -88,7 +133,8 @@ class DemandReport:
                 raise
             self.writes += 1
             self._renewed[namespace] = stamp
-            self._track(namespace, model, fields)
+            for model, fields in models.items():
+                self._track(namespace, model, fields)
             return
 
     def _track(self, namespace: str, model: str, fields: Mapping[str, str | None]) -> None:
@@ -139,7 +185,11 @@ class DemandReport:
             await self.renew()
 
     async def delete_all(self) -> None:
-        """Delete this replica's reports (shutdown); failures are logged."""
+        """Delete this replica's reports (shutdown; writes not sent yet are dropped); failures are logged."""
+        senders = list(self._senders.values())
+        for sender in senders:
+            sender.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
         for namespace in sorted(self._ready):
             try:
                 await self._api.delete_demand(namespace, self.name)
@@ -148,3 +198,16 @@ class DemandReport:
                     log.warning("cannot delete the demand report %s/%s: %s", namespace, self.name, exc)
         self._ready.clear()
         self._live.clear()
+
+
+def _settle(waiters: list[asyncio.Future[None]], error: Exception | None, *, cancelled: bool = False) -> None:
+    """Wake the writers of one batch (a writer that was cancelled meanwhile already has its answer)."""
+    for waiter in waiters:
+        if waiter.done():
+            continue
+        if cancelled:
+            waiter.cancel()
+        elif error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(None)

@@ -27,6 +27,7 @@ from flexinfer.api.model import KIND
 from flexinfer.api.modeldemand import KIND as DEMAND_KIND
 from flexinfer.api.modeldemand import PLURAL as DEMAND_PLURAL
 from flexinfer.core.errors import EngineError
+from flexinfer.runtime.kube_connections import kube_client
 
 MODEL_GROUP, MODEL_VERSION, MODEL_PLURAL = "ai.flexinfer", "v1alpha2", "models"
 ModelResource = create_namespaced_resource(MODEL_GROUP, MODEL_VERSION, KIND, MODEL_PLURAL)
@@ -107,7 +108,7 @@ class LightkubeModelApi:
 
     @classmethod
     def connect(cls, config: KubeConfig, field_manager: str = "flexinfer-proxy") -> LightkubeModelApi:
-        return cls(AsyncClient(config, field_manager=field_manager))
+        return cls(kube_client(config, field_manager=field_manager))
 
     async def list_models(self, namespace: str | None) -> ModelList:
         try:

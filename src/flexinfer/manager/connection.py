@@ -22,6 +22,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
 from flexinfer.core.errors import ConfigError
+from flexinfer.runtime.kube_connections import kube_connector
 
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "config"
 
@@ -80,7 +81,7 @@ def bounded_session(info: kopf.ConnectionInfo, limit: int) -> kopf.AiohttpSessio
     """``info`` as kopf credentials on a session that keeps at most ``limit`` connections (call it inside the
     operator's event loop; kopf closes the session when it logs in again or stops)."""
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, ssl=info.as_ssl_context()),
+        connector=kube_connector(info.as_ssl_context(), limit=limit),
         headers=info.as_http_headers(), proxy=info.proxy_url, trust_env=info.trust_env,
     )
     return kopf.AiohttpSession(server=info.server, default_namespace=info.default_namespace,

@@ -24,6 +24,8 @@ from lightkube import ApiError
 from lightkube.core.generic_client import BasicRequest
 from lightkube.models.meta_v1 import Status
 
+from flexinfer.runtime.kube_connections import kube_connector
+
 Body = dict[str, Any]
 UNAUTHORIZED = 401
 CONNECTIONS = 16
@@ -57,7 +59,7 @@ class PatchSession:
         info = self._credentials()
         self._server = info.server.rstrip("/")
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._connections, ssl=info.as_ssl_context()),
+            connector=kube_connector(info.as_ssl_context(), limit=self._connections),
             headers=info.as_http_headers(), proxy=info.proxy_url, trust_env=info.trust_env, timeout=TIMEOUT)
         return self._session
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lightkube import AsyncClient, KubeConfig
+from lightkube import KubeConfig
 
 from flexinfer.manager.cleanup import cleanup_model, parsed_model
 from flexinfer.manager.client import FIELD_MANAGER, KubeApi
@@ -33,6 +33,7 @@ from flexinfer.manager.queue import ReconcileQueue
 from flexinfer.manager.reconciler import Reconciler
 from flexinfer.manager.store import Store, Unit
 from flexinfer.manager.sync import initial_sync
+from flexinfer.runtime.kube_connections import kube_client
 from flexinfer.runtime.observer import LifecycleObserver
 
 log = logging.getLogger("flexinfer.manager")
@@ -56,7 +57,7 @@ class Manager:
     def __init__(self, config: ManagerConfig, kubeconfig: KubeConfig, exposition: Exposition,
                  sink: LifecycleObserver, scope: ReconcileScope) -> None:
         self.config, self._kubeconfig, self._exposition = config, kubeconfig, exposition
-        self.client = AsyncClient(kubeconfig, field_manager=FIELD_MANAGER)
+        self.client = kube_client(kubeconfig, field_manager=FIELD_MANAGER)
         self.patches = PatchSession(lambda: connection_info(kubeconfig))
         self.api = KubeApi(self.client, self.patches)
         self.store = Store()
