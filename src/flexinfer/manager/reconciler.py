@@ -161,7 +161,9 @@ class Reconciler:
                 log.info("pod %s/%s: its containers have exited; deleted now so the GPU goes to the next model",
                          namespace, pod)
             self._store.forget_pod(namespace, pod)  # gone at once: the follow-up pass scales the winner up
-        for action in plan.members:
+        # A member whose Deployment changes (a scale-up or a scale-down) goes first: its write is what the swap or the
+        # cold start waits for; the others' status writes can follow it.
+        for action in sorted(plan.members, key=lambda member: not self.applier.pending(member.manifests[0])):
             if action.model.name in draining and action.busy:
                 log.info("model %s drains in-flight requests of %s", action.model.key, ", ".join(action.busy))
             await self._member(action, plan.now)

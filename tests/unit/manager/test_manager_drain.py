@@ -1,7 +1,8 @@
 """The manager's swap drain, through ``Reconciler.reconcile`` against a recording API: the Preempted status is
 written before the proxies' reports are read afresh, and that read comes before the loser's Deployment is
 applied; an in-flight report that landed after the watch cache was read (but before the Preempted write)
-keeps the replica; a failed read falls back to the watch cache. The election is held once per reconcile."""
+keeps the replica; a failed read falls back to the watch cache. The election is held once per reconcile. A
+member whose Deployment changes is written before the others' status."""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def member(store: Store, name: str, priority: int, **status: Any) -> None:
     store.put("Model", doc)
 
 
+def reconciler(store: Store, api: Api) -> Reconciler:
+    """The group's reconciler over ``store``, writing through the recording ``api``, its clock at ``NOW``."""
+    return Reconciler(cast(KubeApi, api), store, ControllerDefaults(), POLICY, sink=Sink(),
+                      scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None,
+                      clock=lambda: NOW)
+
+
 def high_holds_the_gpu(reports: list[Body] | None, cached: tuple[Body, ...] = ()) -> tuple[Store, Api, Reconciler]:
     """``high`` Ready and Active, ``low`` starving; the reconciler of their group (its next pass preempts ``high``)."""
     store = Store()
@@ -62,9 +70,7 @@ def high_holds_the_gpu(reports: list[Body] | None, cached: tuple[Body, ...] = ()
     for body in cached:
         store.put("ModelDemand", body)
     api = Api(store, reports)
-    subject = Reconciler(cast(KubeApi, api), store, ControllerDefaults(), POLICY, sink=Sink(),  # type: ignore[arg-type]
-                         scope=lambda *_: contextlib.nullcontext(), wake=lambda *_: None,  # type: ignore[arg-type,return-value]
-                         clock=lambda: NOW)
+    subject = reconciler(store, api)
     return store, api, subject
 
 
@@ -138,3 +144,21 @@ async def test_the_winner_is_scaled_up_in_the_pass_after_the_reap_without_the_wa
     assert ("apply", "Deployment", "low", "1") in api.calls, "no DELETED event needed"
     store.put("Pod", high_pod("7", finished=True))  # a late event for the deleted pod
     assert list(store.pods("ns", "high")) == []
+
+
+async def test_a_cold_starts_scale_up_is_written_before_the_other_members_status() -> None:
+    store = Store()
+    for name, priority in (("high", 200), ("low", 100)):
+        doc = model_doc(name, "ns", gpu={"shared": "g", "priority": priority})
+        doc["metadata"]["resourceVersion"] = "1"
+        store.put("Model", doc)
+    api = Api(store, [])
+    subject = reconciler(store, api)
+    await subject.reconcile(GROUP)  # both idle: their Deployments at zero
+    api.calls.clear()
+    since = rfc3339(NOW - timedelta(seconds=1))
+    store.put("ModelDemand", report("proxy-a", low={"lastActiveTime": since, "waitingSince": since}))
+    await subject.reconcile(GROUP)
+    writes = [c for c in api.calls if c[0] in ("apply", "status")]
+    assert writes[0] == ("apply", "Deployment", "low", "1"), writes
+    assert ("status", "high", "") in writes, "the other member's status still written, after the scale-up"
