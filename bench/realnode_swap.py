@@ -31,7 +31,8 @@ winner's status says Active: written after the writes on the path, so not a stag
 (Model Ready → the proxy's in-flight report lands) and "pod Ready (kubelet)" (when the kubelet's probe saw the
 server, after it listened: what readiness cost before the manager asked the pod itself). FlexInfer's own part is
 the stages its processes (proxy, manager) and their API writes take: demand report, loser preempted, loser scaled
-to 0, loser's pod gone, Deployment scaled, Model Ready and reply; the rest is Kubernetes' and the server's time.
+to 0, loser's pod gone (unless the kubelet reported no exited containers: then it removed the pod itself and
+the stage is its own), Deployment scaled, Model Ready and reply; the rest is Kubernetes' and the server's time.
 The API server's own time for each write on the path is in its audit log when the node was started with
 ``FLEXINFER_NODE_AUDIT_LOG`` (``hack/kube-node``; docs/performance.md).
 
@@ -168,7 +169,10 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
     in_flight = watcher.first(ready, "ModelDemand", None, reported(model, "inFlightAt")) if ready else None
     out["of reply: in-flight report"] = in_flight - ready if in_flight is not None and ready else math.nan
     out["total"] = reply - sent
-    out["FlexInfer's part"] = sum(out[stage] for stage in OWN)
+    # Without the exited report the manager had nothing to reap: the kubelet removed the pod itself (after the
+    # server's own shutdown), so that stage was not FlexInfer's.
+    reaped = loser is None or marks.get("loser's containers exited") is not None
+    out["FlexInfer's part"] = sum(out[stage] for stage in OWN if reaped or stage != "loser's pod gone")
     return out
 
 
