@@ -10,12 +10,11 @@ write instead of two concurrent patches of one object, which the API server seri
 13 ms instead of 4 on the real node), each caller returning once the patch that carried its fields landed; a
 later value of a field still waiting replaces the earlier one. The first write of this process to a namespace
 creates the object, or resets the ``spec`` of one left by an earlier run of the same pod (so no old wait or
-in-flight report revives).
-``renew`` (every ``RENEW_INTERVAL``, from ``run``) keeps ``renewTime`` fresh while a report holds a wait
-or requests in flight, so the manager can tell a live replica from a dead one. ``delete_all`` removes the
-objects at shutdown; the report in the pod's own namespace is also owned by the pod (``PodOwner``), so the
-garbage collector deletes it when the pod goes (owner references cannot cross namespaces: a report in
-another namespace outlives a crashed pod, inert once its ``renewTime`` is stale).
+in-flight report revives). ``renew`` (every ``RENEW_INTERVAL``, from ``run``; through the same one writer) keeps
+``renewTime`` fresh while a report holds a wait or requests in flight, so the manager can tell a live replica from a
+dead one. ``delete_all`` removes the objects at shutdown; the report in the pod's own namespace is also owned by the
+pod (``PodOwner``), so the garbage collector deletes it when the pod goes (owner references cannot cross
+namespaces: a report in another namespace outlives a crashed pod, inert once its ``renewTime`` is stale).
 A missing CRD is reported as such. Built by ``flexinfer.assembly.cluster_proxy``.
 """
 
@@ -92,8 +91,13 @@ class DemandReport:
     async def write(self, namespace: str, model: str, fields: Mapping[str, str | None]) -> None:
         """Merge ``fields`` into this replica's report on ``model`` (``None`` removes a field); returns once the
         patch carrying them landed, raises what it failed with."""
+        await self._submit(namespace, {model: fields})
+
+    async def _submit(self, namespace: str, models: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Add ``models``' fields to the namespace's next patch (none: only ``renewTime``) and wait for it."""
         batch = self._pending.setdefault(namespace, _Batch())
-        batch.models.setdefault(model, {}).update(fields)
+        for model, fields in models.items():
+            batch.models.setdefault(model, {}).update(fields)
         landed = asyncio.get_running_loop().create_future()
         batch.waiters.append(landed)
         if namespace not in self._senders:
@@ -169,14 +173,10 @@ class DemandReport:
         for namespace, live in list(self._live.items()):
             if not live or self._clock() - self._renewed.get(namespace, float("-inf")) < self._renew_interval:
                 continue
-            stamp = self._clock()
             try:
-                await self._api.patch_demand(namespace, self.name, {"spec": {"renewTime": rfc3339(self._now())}})
+                await self._submit(namespace, {})  # the one writer: never a patch concurrent with another
             except KubeApiError as exc:
                 log.warning("cannot renew the demand report %s/%s: %s", namespace, self.name, exc)
-                continue
-            self.writes += 1
-            self._renewed[namespace] = stamp
 
     async def run(self, interval: float = RENEW_INTERVAL / 2) -> None:
         """Forever: ``renew`` every ``interval`` seconds."""

@@ -1,7 +1,7 @@
 """The replica's ModelDemand report as one writer: one patch per object in flight, writes made meanwhile (any Model,
 any field) go together in the next patch, a later value of a waiting field replaces the earlier one, each writer
 returns when the patch that carried its fields landed and gets that patch's failure; an activation's demand and
-wait marker land in one write."""
+wait marker land in one write; a renewal joins the same writer."""
 
 from __future__ import annotations
 
@@ -112,3 +112,18 @@ async def test_an_activation_writes_its_demand_and_wait_marker_in_one_patch() ->
         await api.set_status("m", {"phase": "Ready", "endpoint": "http://m.default.svc:8000"})
         grant = await asyncio.wait_for(request, 2)
         grant.release()
+
+
+async def test_a_renewal_due_while_a_patch_is_in_flight_waits_for_it_instead_of_racing_it() -> None:
+    api = FakeModelApi()
+    report = DemandReport(api, "proxy-a", renew_interval=0.0)
+    await report.write("default", "a", {"waitingSince": "w"})  # a live field: renewals are due
+    first = await held_first_write(api, report)
+    renewal = asyncio.create_task(report.renew())
+    await asyncio.sleep(0)
+    assert api.held_patches == 1, "no second patch of the object while one is in flight"
+    before = api.demands["default/proxy-a"]["spec"]["renewTime"]
+    api.patch_gate.set()
+    await asyncio.wait_for(asyncio.gather(first, renewal), 2)
+    assert report.writes == 3 and len(api.writes) == 2, "the renewal's own patch carries no Model"
+    assert api.demands["default/proxy-a"]["spec"]["renewTime"] >= before
