@@ -32,7 +32,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if TIMINGS:
         terminalreporter.write_sep("-", "real-node timings")
         for step, seconds in TIMINGS.items():
-            terminalreporter.write_line(f"{step:<40} {seconds:8.1f} s")
+            terminalreporter.write_line(f"{step:<50} {seconds:9.3f} s")
 
 
 @pytest.fixture(scope="package")
