@@ -190,6 +190,10 @@ class DemandReport:
         for sender in senders:
             sender.cancel()
         await asyncio.gather(*senders, return_exceptions=True)
+        self._senders.clear()  # a sender cancelled before it first ran never reached its own clean-up
+        for batch in self._pending.values():
+            _settle(batch.waiters, None, cancelled=True)
+        self._pending.clear()
         for namespace in sorted(self._ready):
             try:
                 await self._api.delete_demand(namespace, self.name)

@@ -1,7 +1,7 @@
 """The replica's ModelDemand report as one writer: one patch per object in flight, writes made meanwhile (any Model,
 any field) go together in the next patch, a later value of a waiting field replaces the earlier one, each writer
 returns when the patch that carried its fields landed and gets that patch's failure; an activation's demand and
-wait marker land in one write; a renewal joins the same writer."""
+wait marker land in one write; a renewal joins the same writer; shutdown ends the writes it drops."""
 
 from __future__ import annotations
 
@@ -127,3 +127,15 @@ async def test_a_renewal_due_while_a_patch_is_in_flight_waits_for_it_instead_of_
     await asyncio.wait_for(asyncio.gather(first, renewal), 2)
     assert report.writes == 3 and len(api.writes) == 2, "the renewal's own patch carries no Model"
     assert api.demands["default/proxy-a"]["spec"]["renewTime"] >= before
+
+
+async def test_a_write_whose_patch_had_not_started_at_shutdown_ends_and_the_report_still_writes_afterwards() -> None:
+    api = FakeModelApi()
+    report = DemandReport(api, "proxy-a")
+    queued = asyncio.create_task(report.write("default", "a", {"waitingSince": "w"}))
+    await asyncio.sleep(0)  # the write is queued and its sender created, not yet run
+    await report.delete_all()  # awaited directly: a task around it would let the sender run first
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(queued, 2)
+    await asyncio.wait_for(report.write("default", "a", {"waitingSince": "w2"}), 2)
+    assert api.report("a") == {"proxy-a": {"waitingSince": "w2"}}
