@@ -118,10 +118,7 @@ class DemandReport:
                 else:
                     _settle(batch.waiters, None)
         finally:
-            del self._senders[namespace]
-            leftover = self._pending.pop(namespace, None)  # only when cancelled: nothing sends them now
-            if leftover is not None:
-                _settle(leftover.waiters, None, cancelled=True)
+            self._senders.pop(namespace, None)  # cancelled (shutdown): ``delete_all`` ends the writes still queued
 
     async def _patch(self, namespace: str, models: Mapping[str, Mapping[str, str | None]]) -> None:
         for attempt in (1, 2):
@@ -190,7 +187,7 @@ class DemandReport:
         for sender in senders:
             sender.cancel()
         await asyncio.gather(*senders, return_exceptions=True)
-        self._senders.clear()  # a sender cancelled before it first ran never reached its own clean-up
+        self._senders.clear()  # a sender cancelled before it first ran never reached its ``finally``
         for batch in self._pending.values():
             _settle(batch.waiters, None, cancelled=True)
         self._pending.clear()

@@ -41,29 +41,19 @@ class Applier:
         self._applied: dict[tuple[str, str, str], tuple[str, str | None]] = {}
         self.applies = 0
 
-    def pending(self, body: Body) -> bool:
-        """``apply(body)`` would send a write (it is not the same content over an unchanged live object)."""
-        return self._unchanged(body, _digest(body)) is None
-
-    def _unchanged(self, body: Body, digest: str) -> Body | None:
-        """The live object when ``body`` (whose digest is ``digest``) was applied already and the live object is
-        unchanged since."""
-        meta = body["metadata"]
-        live = self._store.live(body["kind"], meta["namespace"], meta["name"])
-        remembered = self._applied.get((body["kind"], meta["namespace"], meta["name"]))
-        return live if live is not None and remembered == (digest, _fingerprint(live)) else None
-
     async def apply(self, body: Body) -> Body:
         """Apply ``body`` unless the same content was applied and the live object is unchanged since."""
+        kind, meta = body["kind"], body["metadata"]
+        ident = (kind, meta["namespace"], meta["name"])
         digest = _digest(body)
-        unchanged = self._unchanged(body, digest)
-        if unchanged is not None:
-            return unchanged
+        live = self._store.live(kind, meta["namespace"], meta["name"])
+        remembered = self._applied.get(ident)
+        if live is not None and remembered == (digest, _fingerprint(live)):
+            return live
         result = await self._api.apply(body)
         self.applies += 1
-        self._store.put(body["kind"], result)
-        meta = body["metadata"]
-        self._applied[(body["kind"], meta["namespace"], meta["name"])] = (digest, _fingerprint(result))
+        self._store.put(kind, result)
+        self._applied[ident] = (digest, _fingerprint(result))
         return result
 
     def forget(self, namespace: str, name: str) -> None:

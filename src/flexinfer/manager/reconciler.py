@@ -161,12 +161,19 @@ class Reconciler:
                 log.info("pod %s/%s: its containers have exited; deleted now so the GPU goes to the next model",
                          namespace, pod)
             self._store.forget_pod(namespace, pod)  # gone at once: the follow-up pass scales the winner up
-        # A member whose Deployment changes (a scale-up or a scale-down) goes first: its write is what the swap or the
-        # cold start waits for; the others' status writes can follow it.
-        for action in sorted(plan.members, key=lambda member: not self.applier.pending(member.manifests[0])):
+        # A member whose Deployment is scaled (up or down) goes first: its write is what the swap or the cold start
+        # waits for; the others' status writes can follow it.
+        for action in sorted(plan.members, key=lambda member: not self._scales(member)):
             if action.model.name in draining and action.busy:
                 log.info("model %s drains in-flight requests of %s", action.model.key, ", ".join(action.busy))
             await self._member(action, plan.now)
+
+    def _scales(self, action: MemberAction) -> bool:
+        """This pass creates the member's Deployment or changes its replicas (read from the store: no rendering
+        compared, no digest)."""
+        deployment = action.manifests[0]
+        live = self._store.live("Deployment", action.model.namespace, deployment["metadata"]["name"])
+        return live is None or (live.get("spec") or {}).get("replicas") != deployment["spec"].get("replicas")
 
     # ---------------------------------------------------------------- writes
 
