@@ -13,7 +13,9 @@ says so instead) and the lifecycle observations
 (``flexinfer.manager.lifecycle``, with the instant an incumbent's Deployment was scaled to zero: a swap's
 drain ends). A pass that preempts does only that; the proxies' ``ModelDemand`` reports are then read
 afresh from the API server (a quorum read after the ``Preempted`` write; the watch cache when it fails:
-docs/design/kubernetes-proxy.md) and the follow-up pass runs at once with them and the same election.
+docs/design/kubernetes-proxy.md) and the follow-up pass runs at once with them and the same election. A pass
+that deletes exited pods (``reap``) does only that, and is planned again at once without them: the winner they
+held the device from is scaled up right after the delete, not one queued pass later.
 The last pass arms the unit's timer. A group whose strategy runs it in a group pod is reconciled by
 ``flexinfer.manager.group_pods`` instead (and a group that no longer does has its group pod's objects deleted).
 Called by the reconcile queue (``flexinfer.manager.program``).
@@ -93,6 +95,10 @@ class Reconciler:
                 now = self._clock()
                 facts = self.facts(unit, now)
         plan = plan_unit(facts, self._defaults, self._policy)
+        if plan.reap and not plan.preemptions:  # the members were decided with those pods holding the device
+            await self._execute(replace(plan, members=()))
+            now = self._clock()
+            plan = plan_unit(self.facts(unit, now), self._defaults, self._policy)
         await self._execute(plan)
         if unit.group:
             self._record_memory(unit, plan)
