@@ -21,14 +21,16 @@ process, ~ms resolution) and from the runtime's timestamp on the server's log li
     → container running           kubelet + containerd (sandbox, image present, container start)
     → server listening            llama.cpp server start (model load), from its log
     → Model Ready                 the manager's own health request answered (or the kubelet's probe), status
-    → reply (kube-proxy)          proxy notices Ready, reports the request in flight (the drain gate),
-                                  forwards (to the pod's address; through the Service only with
-                                  ``controller.podEndpoints=false``, where kube-proxy's programming shows
-                                  here), one token generated
+    → reply (kube-proxy)          proxy notices Ready and forwards (its in-flight report, the drain gate, was
+                                  written while the request waited; a Ready version the watch delivered after
+                                  the read that followed it needs no other write or read), to the pod's
+                                  address (through the Service only with ``controller.podEndpoints=false``,
+                                  where kube-proxy's programming shows here), one token generated
 
 A stage whose mark comes before the previous one counts zero. Printed apart: "winner Active" (request → the
-winner's status says Active: written after the writes on the path, so not a stage), "of reply: in-flight report"
-(Model Ready → the proxy's in-flight report lands) and "pod Ready (kubelet)" (when the kubelet's probe saw the
+winner's status says Active: written after the writes on the path, so not a stage), "in-flight report vs Ready"
+(when the proxy's in-flight report for the request landed, from Model Ready: negative when it was written while the
+request waited) and "pod Ready (kubelet)" (when the kubelet's probe saw the
 server, after it listened: what readiness cost before the manager asked the pod itself). FlexInfer's own part is
 the stages its processes (proxy, manager) and their API writes take: demand report, loser preempted, loser scaled
 to 0, loser's pod gone (unless the kubelet reported no exited containers: then it removed the pod itself and
@@ -166,8 +168,8 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
     decided = watcher.first(sent, "Model", model, group_state("Active"))
     out["winner Active"] = decided - sent if decided is not None else math.nan
     ready = marks["Model Ready"]
-    in_flight = watcher.first(ready, "ModelDemand", None, reported(model, "inFlightAt")) if ready else None
-    out["of reply: in-flight report"] = in_flight - ready if in_flight is not None and ready else math.nan
+    in_flight = watcher.first(sent, "ModelDemand", None, reported(model, "inFlightAt", sent_wall - 0.01))
+    out["in-flight report vs Ready"] = in_flight - ready if in_flight is not None and ready else math.nan
     out["total"] = reply - sent
     # Without the exited report the manager had nothing to reap: the kubelet removed the pod itself (after the
     # server's own shutdown), so that stage was not FlexInfer's.
@@ -285,7 +287,7 @@ def main() -> int:
                 results["swap tiny-a → tiny-b"].append(measure(node, watcher, base, "tiny-b", "tiny-a"))
         for what, rounds in results.items():
             print(f"\n{what} ({len(rounds)} rounds), median seconds (each round)")
-            for stage in (*STAGES, "winner Active", "of reply: in-flight report", "pod Ready (kubelet)", "total",
+            for stage in (*STAGES, "winner Active", "in-flight report vs Ready", "pod Ready (kubelet)", "total",
                           "FlexInfer's part"):
                 each = " ".join(f"{r[stage]:.3f}" for r in rounds)
                 print(f"  {stage:<26} {statistics.median(r[stage] for r in rounds):7.3f}   ({each})")

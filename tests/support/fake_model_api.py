@@ -3,7 +3,8 @@
 Objects get increasing resourceVersions; ``list_models`` returns a snapshot, ``watch_models`` streams every
 change after the given resourceVersion, and tests inject faults: ``expire()`` ends open watches with
 410 Gone (and forgets history, so re-watching from an old version also gets 410), ``break_watches(error)``
-ends them with another error, ``patch_failures`` makes the next report writes fail. The proxy's
+ends them with another error, ``watch_gate`` holds what they deliver (a lagging watch), ``patch_failures`` makes
+the next report writes fail. The proxy's
 ``ModelDemand`` reports live in ``demands`` (merge patches merged as the API server does; 404 for an absent
 object, 409 for a second create); ``writes`` records every report write per Model as
 (namespace, model, fields), and ``report(model)`` reads one Model's entry of every replica.
@@ -70,6 +71,8 @@ class FakeModelApi:
         """Coroutine functions awaited after each report write (to change the Model in between)."""
         self.list_calls = 0
         self.watch_calls: list[str] = []
+        self.watch_gate: asyncio.Event | None = None
+        """When set, open watches deliver nothing until this event is set (a lagging watch)."""
         self._changed = asyncio.Condition()
         self._fault: BaseException | None = None
 
@@ -121,6 +124,8 @@ class FakeModelApi:
                     fault, self._fault = self._fault, None
                     raise fault
                 pending = [(v, e) for v, e in self.history if v > since]
+            if self.watch_gate is not None:
+                await self.watch_gate.wait()
             for version, event in pending:
                 since = version
                 if namespace is None or event.object["metadata"]["namespace"] == namespace:

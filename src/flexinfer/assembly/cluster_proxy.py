@@ -120,7 +120,7 @@ class ClusterSide:
                                  cold_start_timeout=settings.cold_start_timeout, stall_after=settings.stall_after)
         self.dispatcher = Dispatcher(self.engine, policy=proxy_policy(settings), observer=observer)
         self.sync = DispatcherSync(self.store, self.dispatcher, settings.endpoint_override)
-        self.reporter = InflightReporter(self.report, api)
+        self.reporter = InflightReporter(self.report, api, self.store)
         self.marker = WaitMarker(self.report, self.store)
         self.activator = DemandActivator(self.sync, self.store, demand=self.demand, reporter=self.reporter,
                                          override=settings.endpoint_override, marker=self.marker)

@@ -183,6 +183,12 @@ def failure_message(model: Model) -> str:
     return failed.message if failed is not None else "phase Failed"
 
 
+def preempted(model: Model) -> bool:
+    """The manager took the model's turn on its group's GPU away (``Preempted``): its replica drains."""
+    shared = model.status.shared_group
+    return model.status.phase == "Preempted" or (shared is not None and shared.state == "Preempted")
+
+
 def waiting_its_turn(model: Model) -> bool:
     """A shared-group member that the election has not made Active (``Queued``/``Preempted``): it waits for the
     GPU, it is not failing to start."""

@@ -6,8 +6,11 @@ the request is forwarded (``inflight_report``, the swap drain gate) and keeps it
 requests are served (``DemandSignal.keep_alive``). When the first report is refused (the API server has the
 model no longer Ready although our watch still does) the request is not forwarded but waits for the model
 to be activated again. A request that waits for an activation is counted by the ``WaitMarker``
-(``wait_marker``). It also subscribes to the watch cache: a model with nothing in flight that leaves Ready
-has its report withdrawn at once. Built by ``flexinfer.assembly.cluster_proxy``; the proxy handler awaits it.
+(``wait_marker``), and has the report written while it waits (``InflightReporter.waiting``). The heartbeat
+keeps the reports of models with requests in flight or being admitted. It also subscribes to the watch cache: a
+model with nothing in flight that leaves Ready or turns Preempted has its report withdrawn at once, and so does a
+model whose last waiting request gave up. Built by ``flexinfer.assembly.cluster_proxy``; the proxy handler
+awaits it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable
 
 from flexinfer.api.key import ModelKey
 from flexinfer.api.model import Model
-from flexinfer.cluster_proxy.demand import DemandSignal, forwarding_endpoint
+from flexinfer.cluster_proxy.demand import DemandSignal, forwarding_endpoint, preempted
 from flexinfer.cluster_proxy.dispatch_sync import DispatcherSync, left_ready
 from flexinfer.cluster_proxy.inflight_report import InflightReporter
 from flexinfer.cluster_proxy.model_watch import ModelStore
@@ -74,6 +77,8 @@ class DemandActivator:
         self._sync, self._store, self._override = sync, store, override
         self._demand, self._reporter, self._marker = demand, reporter, marker
         self.in_flight: dict[str, int] = {}
+        self.admitting: dict[str, int] = {}
+        """Model key → requests inside ``acquire`` (waiting for the model, or being reported busy)."""
         store.subscribe(self._changed)
 
     async def acquire(self, model: ModelKey, timeout: float | None = None,
@@ -83,10 +88,27 @@ class DemandActivator:
         for an activation is counted by the wait marker until this call returns or raises. ``model`` is the
         key the catalog resolved; the Model is read from the watch cache by that key, never by name."""
         ticket = WaitTicket(self._marker, lambda: self._store.get(model))
+        self.admitting[model] = self.admitting.get(model, 0) + 1
+        granted = False
         try:
-            return await self._acquire(model, timeout, _once(on_wait), ticket)
+            grant = await self._acquire(model, timeout, _once(_then(self._waiting(model), on_wait)), ticket)
+            granted = True
+            return grant
         finally:
             ticket.end()
+            left = self.admitting.pop(model, 1) - 1
+            if left > 0:
+                self.admitting[model] = left
+            elif not granted and model not in self.in_flight:  # the last waiting request gave up
+                self._reporter.idle(model, ready=self._ready(model))
+
+    def _waiting(self, key: ModelKey) -> Callable[[str], None]:
+        """A request starts waiting for ``key``'s activation: its report is written while it waits."""
+        def claim(_reason: str) -> None:
+            found = self._store.get(key)
+            if found is not None:
+                self._reporter.waiting(found)
+        return claim
 
     async def _acquire(self, model: ModelKey, timeout: float | None, on_wait: Callable[[str], None] | None,
                        ticket: WaitTicket) -> Grant:
@@ -150,7 +172,7 @@ class DemandActivator:
                 self.in_flight[key] = left
             else:
                 self.in_flight.pop(key, None)
-                self._reporter.idle(model, ready=self._ready(key))
+                self._reporter.idle(key, ready=self._ready(key))
             grant.release()
 
         return dataclasses.replace(grant, release=release)
@@ -161,10 +183,15 @@ class DemandActivator:
         return forwarding_endpoint(model, self._override) == grant.endpoint.base_url
 
     def _changed(self, old: Model | None, new: Model | None) -> None:
-        """A model with nothing in flight left Ready in the cluster: withdraw our report now (the swap that
-        preempted it need not wait for the heartbeat)."""
-        if old is not None and left_ready(old, new, self._override) and old.key not in self.in_flight:
-            self._reporter.idle(old, ready=False)
+        """A model with nothing in flight left Ready in the cluster, or turned Preempted (requests may still wait
+        for it): withdraw our report now (the swap that preempted it need not wait for the heartbeat). One that
+        requests wait for and that is no longer Preempted (its turn came back) gets its report written again."""
+        if old is None or old.key in self.in_flight:
+            return
+        if left_ready(old, new, self._override) or (new is not None and preempted(new) and not preempted(old)):
+            self._reporter.idle(old.key, ready=False)
+        elif new is not None and preempted(old) and not preempted(new) and self.admitting.get(new.key):
+            self._reporter.waiting(new)
 
     def _ready(self, key: str) -> bool:
         cached = self._store.get(key)
@@ -178,4 +205,4 @@ class DemandActivator:
                 model = self._store.get(key)
                 if model is not None:
                     self._demand.keep_alive(model)
-            await self._reporter.refresh(set(self.in_flight))
+            await self._reporter.refresh(set(self.in_flight) | set(self.admitting))

@@ -2,10 +2,12 @@
 
 ``ModelStore`` holds the latest valid ``Model`` per key (``namespace/name``), tells listeners about every
 change (``old``/``new``, ``None`` for absent), and offers ``wait_until(key, check)``: resolved by watch
-events, never by polling. ``ModelWatcher.run`` lists Models, then watches from the list's resourceVersion;
-a 410 Gone lists again (the store is reconciled against the new snapshot, deletions included); any other
-failure re-watches from the last resourceVersion after an exponential backoff. Built by
-``flexinfer.assembly.cluster_proxy``; read by ``catalog`` (name resolution) and ``demand`` (readiness).
+events, never by polling. Its ``epoch`` counts full listings: between two, each Model's versions arrived in the
+order they were written (the in-flight reports rely on it). ``ModelWatcher.run`` lists Models, then watches
+from the list's resourceVersion; a 410 Gone lists again (the store is reconciled against the new snapshot,
+deletions included); any other failure re-watches from the last resourceVersion after an exponential backoff.
+Built by ``flexinfer.assembly.cluster_proxy``; read by ``catalog`` (name resolution) and ``demand``
+(readiness).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class ModelStore:
         """Set once the first full list has been applied."""
         self.version = 0
         """Increments on every change (cheap staleness check for derived indexes)."""
+        self.epoch = 0
+        """Increments on every full snapshot (``replace_all``): within one epoch the watch delivered each Model's
+        versions in the order they were written; a listing may be older than a version delivered before it."""
 
     def get(self, key: str) -> Model | None:
         return self._models.get(key)
@@ -74,8 +79,9 @@ class ModelStore:
         self._set(key, None)
 
     def replace_all(self, models: Iterable[Model]) -> None:
-        """Reconcile with a full snapshot: absent keys are deleted, the rest upserted."""
+        """Reconcile with a full snapshot: absent keys are deleted, the rest upserted (a new ``epoch``)."""
         fresh = {m.key: m for m in models}
+        self.epoch += 1
         for key in [k for k in self._models if k not in fresh]:
             self._set(key, None)
         for key, model in fresh.items():

@@ -2,7 +2,11 @@
 forwarded, then confirmed by a fresh read of the Model (still Ready), not per request, re-stamped while
 busy, cleared at once when the model left Ready (a swap waits for it), lazily otherwise, and deleted on
 shutdown. A refused first report (the API server has the model no longer Ready while the watch cache still
-says Ready) is withdrawn and the request is not forwarded: it waits for the model to be activated again."""
+says Ready) is withdrawn and the request is not forwarded: it waits for the model to be activated again. A request
+that waits for an activation has the report written with its demand and the Model read once; a Ready version the
+watch delivers after that read's version needs no other write or read, an older one (or one after a re-list) is read
+afresh; the report is withdrawn when the model turns Preempted or the last waiting request gives up, is not written
+while the model is Preempted, and is kept by the heartbeat while requests wait."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from flexinfer.cluster_proxy import demand_activator
 from flexinfer.cluster_proxy.demand_report import DemandReport, PodOwner
 from flexinfer.cluster_proxy.inflight_report import InflightReporter, proxy_identity
 from flexinfer.cluster_proxy.model_api import KubeApiError
+from flexinfer.cluster_proxy.model_watch import ModelStore
 from flexinfer.core.errors import ColdStartTimeoutError
 from flexinfer.core.model_status.plan import busy_proxies
 from flexinfer.runtime.ports import Grant
@@ -200,7 +205,7 @@ async def test_a_refused_first_report_is_not_forwarded_and_the_request_waits_for
         await api.set_status("m", {"phase": "Preempted"})  # the watch catches up
         await eventually(lambda: demand_writes(api) > demand_before)  # activated again: demand signalled
         await eventually(lambda: "default/m" in cluster.store._waiters)  # the engine now waits for Ready
-        assert not request.done() and report(api) is None
+        assert not request.done() and report(api) is None  # none while it is Preempted: it would hold the drain
         await api.set_status("m", {"phase": "Ready"})
         grant = await asyncio.wait_for(request, 2)
         assert report(api) is not None and cluster.activator.in_flight == {"default/m": 1}
@@ -246,3 +251,141 @@ async def test_a_missing_crd_is_named() -> None:
             raise KubeApiError("404 NotFound the server could not find the requested resource", 404)
     with pytest.raises(KubeApiError, match=r"the ModelDemand CRD \(modeldemands.ai.flexinfer\) is not installed"):
         await DemandReport(NoCrd(), "proxy-a").write("default", "m", {"lastActiveTime": None})
+
+
+# --------------------------------------------------------------- reports written while a request waits
+
+
+def stored(api: FakeModelApi, name: str = "m") -> Model:
+    """The Model as the API server has it now (what the watch delivers next)."""
+    return Model.model_validate(api.objects[f"default/{name}"])
+
+
+async def early_reporter(api: FakeModelApi) -> tuple[ModelStore, InflightReporter]:
+    """An idle ``m`` in the API server and in a watch cache this test feeds by hand; the reporter over both, with
+    its report written while a request waits and the read after it done."""
+    await api.put(model_body("m", phase="Idle"))
+    store = ModelStore()
+    store.replace_all([stored(api)])
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api, store)
+    return store, reporter
+
+
+async def settle_early(reporter: InflightReporter) -> None:
+    await eventually(lambda: not reporter._early)
+
+
+async def test_a_request_that_waited_is_forwarded_at_ready_without_another_write_or_read() -> None:
+    api = FakeModelApi()
+    await api.put(model_body("m", phase="Idle"))
+    async with cluster_side(api) as cluster:
+        request = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
+        await eventually(lambda: report(api) is not None and api.get_calls == 1)  # written and read while waiting
+        await api.set_status("m", {"phase": "Loading"})
+        await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+        grant = await asyncio.wait_for(request, 2)
+        assert (len(api.field_writes("inFlightAt")), api.get_calls) == (1, 1)
+        assert report(api) is not None and cluster.activator.in_flight == {"default/m": 1}
+        grant.release()
+
+
+async def test_a_version_delivered_after_the_read_confirms_the_early_report() -> None:
+    api = FakeModelApi()
+    store, reporter = await early_reporter(api)
+    reporter.waiting(stored(api))
+    await settle_early(reporter)
+    assert report(api) is not None and api.get_calls == 1
+    await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+    store.upsert(stored(api))  # the watch delivers the Ready version, written after the read
+    assert await reporter.busy(stored(api))
+    assert (reporter.writes, api.get_calls) == (1, 1)
+
+
+async def test_a_ready_version_older_than_the_read_is_confirmed_by_a_fresh_read_and_refused() -> None:
+    """The server made the model Ready and then Preempted it before our read; the lagging watch delivers the Ready
+    version only now. It was written before our report landed: the manager may not have seen the report."""
+    api = FakeModelApi()
+    store, reporter = await early_reporter(api)
+    await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+    ready_version = stored(api)
+    await api.set_status("m", {"phase": "Preempted"})
+    reporter.waiting(store.get("default/m"))  # type: ignore[arg-type]  # the cache still has it Idle
+    await settle_early(reporter)
+    store.upsert(ready_version)
+    assert not await reporter.busy(ready_version)
+    assert api.get_calls == 2 and reporter.refusals == 1 and report(api) is None
+
+
+async def test_a_relist_forgets_the_order_and_a_fresh_read_confirms() -> None:
+    api = FakeModelApi()
+    store, reporter = await early_reporter(api)
+    reporter.waiting(stored(api))
+    await settle_early(reporter)
+    await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+    store.replace_all([stored(api)])  # a listing: it may be older than a version delivered before it
+    assert await reporter.busy(stored(api))
+    assert api.get_calls == 2 and reporter.writes == 1
+
+
+async def test_an_early_read_that_finds_the_model_served_confirms_the_report() -> None:
+    api = FakeModelApi()
+    _, reporter = await early_reporter(api)
+    await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+    reporter.waiting(stored(api))
+    await settle_early(reporter)
+    assert await reporter.busy(stored(api)) and api.get_calls == 1
+
+
+async def test_a_waiting_models_report_is_withdrawn_when_it_is_preempted_and_kept_by_the_heartbeat() -> None:
+    api = FakeModelApi()
+    await api.put(model_body("m", phase="Idle"))
+    async with cluster_side(api) as cluster:
+        request = asyncio.create_task(cluster.activator.acquire(key("m"), 10))
+        await eventually(lambda: report(api) is not None)
+        cluster.reporter._refresh = 0.0  # every heartbeat re-stamps
+        stamp = report(api)
+        await cluster.reporter.refresh(set(cluster.activator.admitting))
+        assert report(api) not in (None, stamp), "re-stamped while the request waits"
+        await api.set_status("m", {"phase": "Preempted", "sharedGroup": {"state": "Preempted"}})
+        await eventually(lambda: report(api) is None)  # it must not hold the drain of a model nothing uses
+        assert not request.done()
+        request.cancel()
+
+
+async def test_a_waiting_requests_report_is_withdrawn_when_it_gives_up() -> None:
+    api = FakeModelApi()
+    await api.put(model_body("m", phase="Idle"))
+    async with cluster_side(api) as cluster:
+        with pytest.raises(ColdStartTimeoutError):
+            await cluster.activator.acquire(key("m"), 0.2)
+        await eventually(lambda: report(api) is None)
+        assert cluster.activator.admitting == {}
+
+
+async def test_no_report_is_written_for_a_preempted_model_until_its_turn_comes_back() -> None:
+    api = FakeModelApi()
+    await api.put(model_body("m", phase="Idle"))
+    await api.set_status("m", {"phase": "Preempted", "sharedGroup": {"state": "Preempted"}})
+    async with cluster_side(api) as cluster:
+        request = asyncio.create_task(cluster.activator.acquire(key("m"), 10))
+        await eventually(lambda: demand_writes(api) == 1)
+        assert report(api) is None, "it would hold the drain of the replica it waits to see go"
+        await api.set_status("m", {"phase": "Loading", "sharedGroup": {"state": "Active"}})
+        await eventually(lambda: report(api) is not None and api.get_calls == 1)
+        await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
+        grant = await asyncio.wait_for(request, 2)
+        assert (len(api.field_writes("inFlightAt")), api.get_calls) == (1, 1)
+        grant.release()
+
+
+async def test_an_early_report_that_lands_after_the_model_turned_preempted_is_withdrawn() -> None:
+    api = FakeModelApi()
+    store, reporter = await early_reporter(api)
+    api.patch_gate = asyncio.Event()
+    reporter.waiting(stored(api))
+    await eventually(lambda: api.held_patches == 1)
+    await api.set_status("m", {"phase": "Preempted", "sharedGroup": {"state": "Preempted"}})
+    store.upsert(stored(api))  # delivered while our write is on its way
+    api.patch_gate.set()
+    await settle_early(reporter)
+    assert report(api) is None and reporter._written == {}

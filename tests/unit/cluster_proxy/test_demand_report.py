@@ -1,7 +1,7 @@
 """The replica's ModelDemand report as one writer: one patch per object in flight, writes made meanwhile (any Model,
 any field) go together in the next patch, a later value of a waiting field replaces the earlier one, each writer
-returns when the patch that carried its fields landed and gets that patch's failure; an activation's demand and
-wait marker land in one write; a renewal joins the same writer; shutdown ends the writes it drops."""
+returns when the patch that carried its fields landed and gets that patch's failure; an activation's demand, wait
+marker and in-flight report land in one write; a renewal joins the same writer; shutdown ends the writes it drops."""
 
 from __future__ import annotations
 
@@ -102,13 +102,13 @@ async def test_writes_not_sent_at_shutdown_end_their_writers_and_nothing_is_writ
     assert api.demands == {} and api.writes == []
 
 
-async def test_an_activation_writes_its_demand_and_wait_marker_in_one_patch() -> None:
+async def test_an_activation_writes_its_demand_wait_marker_and_inflight_report_in_one_patch() -> None:
     api = FakeModelApi()
     await api.put(model_body("m", phase="Idle"))
     async with cluster_side(api) as cluster:
         request = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: bool(api.writes))
-        assert sorted(api.writes[0][2]) == ["lastActiveTime", "waitingSince"]
+        assert sorted(api.writes[0][2]) == ["inFlightAt", "lastActiveTime", "waitingSince"]
         await api.set_status("m", {"phase": "Ready", "endpoint": "http://m.default.svc:8000"})
         grant = await asyncio.wait_for(request, 2)
         grant.release()
