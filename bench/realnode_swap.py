@@ -34,7 +34,11 @@ request waited) and "pod Ready (kubelet)" (when the kubelet's probe saw the
 server, after it listened: what readiness cost before the manager asked the pod itself). FlexInfer's own part is
 the stages its processes (proxy, manager) and their API writes take: demand report, loser preempted, loser scaled
 to 0, loser's pod gone (unless the kubelet reported no exited containers: then it removed the pod itself and
-the stage is its own), Deployment scaled, Model Ready and reply; the rest is Kubernetes' and the server's time.
+the stage is its own), Deployment scaled, Model Ready and reply, less "of reply: model server" (the model server's
+answer as the proxy timed it, ``upstream=`` in its access log: the first token of a just-started llama-server, 7
+to 41 ms here; at most the reply stage, which this process starts when its own watch shows Ready, after the proxy's
+did); the rest is Kubernetes' and the server's time. "same, with the server's answer" keeps it in, as earlier
+tables did.
 The API server's own time for each write on the path is in its audit log when the node was started with
 ``FLEXINFER_NODE_AUDIT_LOG`` (``hack/kube-node``; docs/performance.md).
 
@@ -134,6 +138,7 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as resp:
         resp.read()
+        request_id = resp.headers.get("X-Request-ID", "")
     reply = time.monotonic()
     listening = listening_at(node, model, time.monotonic())
     marks = {
@@ -174,8 +179,23 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
     # Without the exited report the manager had nothing to reap: the kubelet removed the pod itself (after the
     # server's own shutdown), so that stage was not FlexInfer's.
     reaped = loser is None or marks.get("loser's containers exited") is not None
-    out["FlexInfer's part"] = sum(out[stage] for stage in OWN if reaped or stage != "loser's pod gone")
+    with_answer = sum(out[stage] for stage in OWN if reaped or stage != "loser's pod gone")
+    out["of reply: model server"] = upstream_seconds(node, request_id)
+    # The reply stage starts when this process saw Ready, after the proxy did: the server's answer counts out of it
+    # only as far as the stage goes.
+    out["FlexInfer's part"] = with_answer - min(out["reply (kube-proxy)"], out["of reply: model server"])
+    out["same, with the server's answer"] = with_answer
     return out
+
+
+def upstream_seconds(node: RealNode, request_id: str) -> float:
+    """How long the model server took to answer the request (from the proxy forwarding it to the answer's end:
+    ``upstream=`` of the proxy's access log line for ``request_id``): the server's time, not FlexInfer's."""
+    def line() -> str:
+        logs = node.kubectl("logs", "-n", NAMESPACE, "deploy/flexinfer-proxy", "--tail", "400", check=False).stdout
+        return next((text for text in logs.splitlines() if f"request_id={request_id}" in text), "")
+    found = wait_for(line, 10, f"the proxy's access log line for request {request_id}")
+    return float(found.split(" upstream=", 1)[1].split("s", 1)[0])
 
 
 GROUP_POD = f"flexinfer-group-{real_node.SHARED_GROUP}"
@@ -288,9 +308,9 @@ def main() -> int:
         for what, rounds in results.items():
             print(f"\n{what} ({len(rounds)} rounds), median seconds (each round)")
             for stage in (*STAGES, "winner Active", "in-flight report vs Ready", "pod Ready (kubelet)", "total",
-                          "FlexInfer's part"):
+                          "of reply: model server", "FlexInfer's part", "same, with the server's answer"):
                 each = " ".join(f"{r[stage]:.3f}" for r in rounds)
-                print(f"  {stage:<26} {statistics.median(r[stage] for r in rounds):7.3f}   ({each})")
+                print(f"  {stage:<30} {statistics.median(r[stage] for r in rounds):7.3f}   ({each})")
     finally:
         if node.started:
             real_node.stop()
