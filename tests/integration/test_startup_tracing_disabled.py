@@ -142,7 +142,7 @@ def test_serve_starts_with_tracing_on_and_exports(tmp_path: Path, commands: list
 
 def start_proxy(testbed: KubeTestbed, namespace: str, env: Mapping[str, str], commands: list[CliProcess]) -> CliProcess:
     assert testbed.kubeconfig is not None
-    command = CliProcess(["proxy", "--host", "127.0.0.1", "--port", str(free_port()),
+    command = CliProcess(["proxy", "--host", "127.0.0.1", "--port", "0",  # the OS picks: no race for a free port
                        "--kubeconfig", str(testbed.kubeconfig)],
                       child_env(env, POD_NAMESPACE=namespace, PROXY_SHUTDOWN_DRAIN_DELAY="0s"))
     commands.append(command)
