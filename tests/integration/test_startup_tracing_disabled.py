@@ -114,7 +114,7 @@ def start_serve(tmp_path: Path, env: Mapping[str, str], commands: list[CliProces
     weights = tmp_path / "weights.bin"
     weights.write_bytes(b"w")
     manifests = write_manifests(tmp_path / "models" / "m.yaml", [model_manifest("tiny", weights)])
-    command = CliProcess(["serve", "-f", str(manifests.parent), "--host", "127.0.0.1", "--port", str(free_port())],
+    command = CliProcess(["serve", "-f", str(manifests.parent), "--host", "127.0.0.1", "--port", "0"],
                       child_env(env, FLEXINFER_STATE_DIR=str(tmp_path / "state")))
     commands.append(command)
     command.healthy(command.listening() + "/healthz")
