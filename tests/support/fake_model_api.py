@@ -35,6 +35,13 @@ def model_body(name: str, namespace: str = "default", *, phase: str | None = Non
     return doc
 
 
+async def idle_model_api(name: str = "m") -> FakeModelApi:
+    """A fake API server holding one Idle Model ``name`` in ``default`` (nothing asked for it yet)."""
+    api = FakeModelApi()
+    await api.put(model_body(name, phase="Idle"))
+    return api
+
+
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
     """RFC 7386 JSON merge patch, in place."""
     for key, value in patch.items():

@@ -85,7 +85,7 @@ class _Report:
 class InflightReporter:
     """Keeps this proxy's in-flight report on the Models it is serving (see the module docstring)."""
 
-    def __init__(self, report: DemandReport, api: ModelApi, store: ModelStore | None = None, *,
+    def __init__(self, report: DemandReport, api: ModelApi, store: ModelStore, *,
                  now: Callable[[], datetime] = utc_now, clock: Callable[[], float] = time.monotonic,
                  refresh: float = REFRESH_INTERVAL) -> None:
         self._report, self._api, self._store = report, api, store
@@ -98,16 +98,14 @@ class InflightReporter:
         self._early: dict[str, asyncio.Task[None]] = {}
         self.writes = 0
         self.refusals = 0
-        if store is not None:
-            store.subscribe(self._delivered)
+        store.subscribe(self._delivered)
 
     def waiting(self, model: Model) -> None:
         """A request waits for ``model`` to be activated: write the report now and read the Model once it landed
-        (see the module docstring); nothing when a report of ours is set or being written, without a store, or
-        while the model is Preempted (the report would hold the drain of a replica nothing is forwarded to)."""
+        (see the module docstring); nothing when a report of ours is set or being written, or while the model is
+        Preempted (the report would hold the drain of a replica nothing is forwarded to)."""
         key = model.key
-        if (self._store is None or preempted(model) or key in self._written or key in self._early
-                or key in self._first):
+        if preempted(model) or key in self._written or key in self._early or key in self._first:
             return
         task = self._background.spawn(self._early_report(model), name=f"inflight-early-{key}")
         self._early[key] = task
@@ -138,7 +136,7 @@ class InflightReporter:
         if not await self._patch(model.namespace, model.name, rfc3339(self._now())):
             return
         written = self._written.setdefault(model.key, _Report(model.namespace, model.name, self._clock()))
-        cached = self._store.get(model.key) if self._store is not None else None
+        cached = self._store.get(model.key)
         if cached is None or preempted(cached):  # it turned Preempted while the write was on its way
             await self._clear(model.key)
             return
@@ -150,23 +148,20 @@ class InflightReporter:
         if _served(read):
             written.confirmed = True
             return
-        version = str((read.get("metadata") or {}).get("resourceVersion") or "") or None
-        written.read_version = version
-        cached = self._store.get(model.key) if self._store is not None else None
-        if version is not None and cached is not None and cached.metadata.resource_version == version:
-            written.delivered_in = self._store.epoch if self._store is not None else None
+        written.read_version = str((read.get("metadata") or {}).get("resourceVersion") or "") or None
+        self._delivered(None, self._store.get(model.key))  # the watch may have delivered it already
 
     def _delivered(self, old: Model | None, new: Model | None) -> None:
         """The watch delivered ``new``: if it is the version an early report's read returned, note it."""
         written = self._written.get(new.key) if new is not None else None
-        if (written is not None and new is not None and self._store is not None and written.read_version is not None
+        if (written is not None and new is not None and written.read_version is not None
                 and written.delivered_in is None and new.metadata.resource_version == written.read_version):
             written.delivered_in = self._store.epoch
 
     def _ordered(self, key: str, written: _Report) -> bool:
         """The watch cache's version of the model was delivered after the one the early report's read returned
         (same list epoch, another version): it was written after our report landed."""
-        if self._store is None or written.delivered_in is None or written.delivered_in != self._store.epoch:
+        if written.delivered_in is None or written.delivered_in != self._store.epoch:
             return False
         cached = self._store.get(key)
         return cached is not None and cached.metadata.resource_version != written.read_version

@@ -166,7 +166,7 @@ class Reconciler:
             if await self._api.delete("Pod", namespace, pod, grace_period=0):
                 log.info("pod %s/%s: its containers have exited; deleted now so the GPU goes to the next model",
                          namespace, pod)
-            self._store.forget_pod(namespace, pod)  # gone at once: the follow-up pass scales the winner up
+            self._store.forget_pod(namespace, pod)  # gone at once: the pass planned right after scales the winner up
         # A member whose Deployment is scaled (up or down) goes first: its write is what the swap or the cold start
         # waits for; the others' status writes can follow it.
         for action in sorted(plan.members, key=lambda member: not self._scales(member)):

@@ -11,7 +11,7 @@ from flexinfer.assembly.cluster_proxy import cluster_proxy_settings
 from flexinfer.core.errors import ModelFailedError, ModelNotFoundError
 from flexinfer.runtime.ports import Endpoint, Grant
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, model_body
+from support.fake_model_api import FakeModelApi, idle_model_api, model_body
 from support.polling import eventually
 from support.recording_engine import key
 
@@ -25,8 +25,7 @@ def demand_patches(api: FakeModelApi, name: str) -> int:
 
 
 async def test_a_request_for_an_idle_model_signals_demand_once_and_is_granted_on_ready() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         waits: list[str] = []
         burst = [asyncio.create_task(cluster.activator.acquire(key("m"), 5, waits.append)) for _ in range(10)]
@@ -96,8 +95,7 @@ async def test_a_grant_the_cluster_disagrees_with_is_replaced_by_a_new_activatio
 
 
 async def test_failed_rejects_waiting_requests_and_the_next_request_tries_again() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         waiting = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: demand_patches(api, "m") == 1)

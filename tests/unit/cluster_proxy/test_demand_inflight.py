@@ -28,7 +28,7 @@ from flexinfer.core.errors import ColdStartTimeoutError
 from flexinfer.core.model_status.plan import busy_proxies
 from flexinfer.runtime.ports import Grant
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, model_body
+from support.fake_model_api import FakeModelApi, idle_model_api, model_body
 from support.polling import eventually
 from support.recording_engine import key
 
@@ -156,7 +156,7 @@ async def test_shutdown_deletes_the_replicas_reports() -> None:
 async def test_a_failed_report_does_not_fail_the_request() -> None:
     api = FakeModelApi()
     api.patch_failures.append(KubeApiError("forbidden", 403))
-    reporter = InflightReporter(DemandReport(api, "proxy-a"), api)
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api, ModelStore())
     assert await reporter.busy(Model.model_validate(model_body("m", phase="Ready")))  # logged, the request goes on
     assert reporter.writes == 0 and api.writes == []
 
@@ -171,7 +171,7 @@ async def test_the_report_lands_before_the_fresh_read_that_confirms_ready() -> N
         seen.append(report(api))
     api.after_write.append(snapshot)
     calls_before = api.get_calls
-    reporter = InflightReporter(DemandReport(api, "proxy-a"), api)
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api, ModelStore())
     assert await reporter.busy(Model.model_validate(api.objects["default/m"]))
     assert seen and seen[0] is not None and api.get_calls == calls_before + 1
 
@@ -181,7 +181,7 @@ async def test_a_report_left_by_an_earlier_run_of_the_pod_is_reset() -> None:
     await ready_model(api)
     await api.create_demand("default", {"metadata": {"name": "proxy-a", "namespace": "default"}, "spec": {
         "proxy": "proxy-a", "models": {"old": {"waitingSince": "2020-01-01T00:00:00Z"}}}})
-    reporter = InflightReporter(DemandReport(api, "proxy-a"), api)
+    reporter = InflightReporter(DemandReport(api, "proxy-a"), api, ModelStore())
     assert await reporter.busy(Model.model_validate(api.objects["default/m"]))
     assert api.report("old") == {} and report(api) is not None
 
@@ -261,14 +261,12 @@ def stored(api: FakeModelApi, name: str = "m") -> Model:
     return Model.model_validate(api.objects[f"default/{name}"])
 
 
-async def early_reporter(api: FakeModelApi) -> tuple[ModelStore, InflightReporter]:
-    """An idle ``m`` in the API server and in a watch cache this test feeds by hand; the reporter over both, with
-    its report written while a request waits and the read after it done."""
-    await api.put(model_body("m", phase="Idle"))
+async def early_reporter() -> tuple[FakeModelApi, ModelStore, InflightReporter]:
+    """An idle ``m`` in the API server and in a watch cache this test feeds by hand, and the reporter over both."""
+    api = await idle_model_api()
     store = ModelStore()
     store.replace_all([stored(api)])
-    reporter = InflightReporter(DemandReport(api, "proxy-a"), api, store)
-    return store, reporter
+    return api, store, InflightReporter(DemandReport(api, "proxy-a"), api, store)
 
 
 async def settle_early(reporter: InflightReporter) -> None:
@@ -276,8 +274,7 @@ async def settle_early(reporter: InflightReporter) -> None:
 
 
 async def test_a_request_that_waited_is_forwarded_at_ready_without_another_write_or_read() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         request = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: report(api) is not None and api.get_calls == 1)  # written and read while waiting
@@ -290,8 +287,7 @@ async def test_a_request_that_waited_is_forwarded_at_ready_without_another_write
 
 
 async def test_a_version_delivered_after_the_read_confirms_the_early_report() -> None:
-    api = FakeModelApi()
-    store, reporter = await early_reporter(api)
+    api, store, reporter = await early_reporter()
     reporter.waiting(stored(api))
     await settle_early(reporter)
     assert report(api) is not None and api.get_calls == 1
@@ -304,8 +300,7 @@ async def test_a_version_delivered_after_the_read_confirms_the_early_report() ->
 async def test_a_ready_version_older_than_the_read_is_confirmed_by_a_fresh_read_and_refused() -> None:
     """The server made the model Ready and then Preempted it before our read; the lagging watch delivers the Ready
     version only now. It was written before our report landed: the manager may not have seen the report."""
-    api = FakeModelApi()
-    store, reporter = await early_reporter(api)
+    api, store, reporter = await early_reporter()
     await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
     ready_version = stored(api)
     await api.set_status("m", {"phase": "Preempted"})
@@ -317,8 +312,7 @@ async def test_a_ready_version_older_than_the_read_is_confirmed_by_a_fresh_read_
 
 
 async def test_a_relist_forgets_the_order_and_a_fresh_read_confirms() -> None:
-    api = FakeModelApi()
-    store, reporter = await early_reporter(api)
+    api, store, reporter = await early_reporter()
     reporter.waiting(stored(api))
     await settle_early(reporter)
     await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
@@ -328,8 +322,7 @@ async def test_a_relist_forgets_the_order_and_a_fresh_read_confirms() -> None:
 
 
 async def test_an_early_read_that_finds_the_model_served_confirms_the_report() -> None:
-    api = FakeModelApi()
-    _, reporter = await early_reporter(api)
+    api, _, reporter = await early_reporter()
     await api.set_status("m", {"phase": "Ready", "endpoint": "http://m:8000"})
     reporter.waiting(stored(api))
     await settle_early(reporter)
@@ -337,8 +330,7 @@ async def test_an_early_read_that_finds_the_model_served_confirms_the_report() -
 
 
 async def test_a_waiting_models_report_is_withdrawn_when_it_is_preempted_and_kept_by_the_heartbeat() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         request = asyncio.create_task(cluster.activator.acquire(key("m"), 10))
         await eventually(lambda: report(api) is not None)
@@ -353,8 +345,7 @@ async def test_a_waiting_models_report_is_withdrawn_when_it_is_preempted_and_kep
 
 
 async def test_a_waiting_requests_report_is_withdrawn_when_it_gives_up() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         with pytest.raises(ColdStartTimeoutError):
             await cluster.activator.acquire(key("m"), 0.2)
@@ -363,8 +354,7 @@ async def test_a_waiting_requests_report_is_withdrawn_when_it_gives_up() -> None
 
 
 async def test_no_report_is_written_for_a_preempted_model_until_its_turn_comes_back() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     await api.set_status("m", {"phase": "Preempted", "sharedGroup": {"state": "Preempted"}})
     async with cluster_side(api) as cluster:
         request = asyncio.create_task(cluster.activator.acquire(key("m"), 10))
@@ -379,8 +369,7 @@ async def test_no_report_is_written_for_a_preempted_model_until_its_turn_comes_b
 
 
 async def test_an_early_report_that_lands_after_the_model_turned_preempted_is_withdrawn() -> None:
-    api = FakeModelApi()
-    store, reporter = await early_reporter(api)
+    api, store, reporter = await early_reporter()
     api.patch_gate = asyncio.Event()
     reporter.waiting(stored(api))
     await eventually(lambda: api.held_patches == 1)

@@ -12,7 +12,7 @@ import pytest
 from flexinfer.cluster_proxy.demand_report import DemandReport
 from flexinfer.cluster_proxy.model_api import KubeApiError
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, model_body
+from support.fake_model_api import FakeModelApi, idle_model_api
 from support.polling import eventually
 from support.recording_engine import key
 
@@ -103,8 +103,7 @@ async def test_writes_not_sent_at_shutdown_end_their_writers_and_nothing_is_writ
 
 
 async def test_an_activation_writes_its_demand_wait_marker_and_inflight_report_in_one_patch() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         request = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: bool(api.writes))

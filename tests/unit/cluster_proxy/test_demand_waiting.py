@@ -19,7 +19,7 @@ from flexinfer.cluster_proxy.demand import rfc3339
 from flexinfer.core.election import parse_waiting_since
 from flexinfer.core.errors import FlexInferError
 from support.cluster_side import cluster_side
-from support.fake_model_api import FakeModelApi, model_body
+from support.fake_model_api import FakeModelApi, idle_model_api
 from support.polling import eventually
 from support.recording_engine import key
 
@@ -42,8 +42,7 @@ async def settled(cluster: ClusterSide) -> None:
 
 
 async def test_a_waiting_period_writes_the_marker_once_and_it_clears_after_the_inflight_report() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         before = datetime.now(UTC)
         burst = [asyncio.create_task(cluster.activator.acquire(key("m"), 5)) for _ in range(5)]
@@ -71,8 +70,7 @@ async def test_a_waiting_period_writes_the_marker_once_and_it_clears_after_the_i
 
 
 async def test_replicas_write_their_own_reports_and_keep_their_own_start() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api, identity="proxy-a") as a, cluster_side(api, identity="proxy-b") as b:
         first = asyncio.create_task(a.activator.acquire(key("m"), 5))
         await eventually(lambda: marker(api) is not None)
@@ -88,8 +86,7 @@ async def test_replicas_write_their_own_reports_and_keep_their_own_start() -> No
 
 
 async def test_the_marker_is_cleared_when_the_waits_end_by_timeout_or_cancellation() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         timed_out = asyncio.create_task(cluster.activator.acquire(key("m"), 0.3))
         await eventually(lambda: marker(api) is not None)
@@ -107,8 +104,7 @@ async def test_the_marker_is_cleared_when_the_waits_end_by_timeout_or_cancellati
 
 
 async def test_the_report_is_renewed_while_a_wait_is_reported() -> None:
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         cluster.report._renew_interval = 0.0
         waiting = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
@@ -129,8 +125,7 @@ async def test_the_report_is_renewed_while_a_wait_is_reported() -> None:
 
 async def test_a_deleted_models_marker_is_cleared() -> None:
     """A Model deleted while requests wait must not leave a wait marker a new Model of that name inherits."""
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         waiting = asyncio.create_task(cluster.activator.acquire(key("m"), 5))
         await eventually(lambda: marker(api) is not None)
@@ -143,8 +138,7 @@ async def test_a_deleted_models_marker_is_cleared() -> None:
 async def test_the_marker_follows_the_oldest_wait_in_steps_of_a_second_not_one_write_per_request() -> None:
     """While a backlog is forwarded the oldest wait moves on with every request: the marker is rewritten only
     when it lags by a second or more, and always names a request that is still waiting or an older instant."""
-    api = FakeModelApi()
-    await api.put(model_body("m", phase="Idle"))
+    api = await idle_model_api()
     async with cluster_side(api) as cluster:
         clock = [datetime(2026, 1, 1, tzinfo=UTC)]
         cluster.marker._now = lambda: clock[0]
