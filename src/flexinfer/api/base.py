@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from flexinfer.api.field_docs import describe_fields
 from flexinfer.api.key import ModelKey
 from flexinfer.api.units import parse_duration, parse_quantity
 
@@ -56,11 +57,12 @@ Quantity = Annotated[
 
 class ApiModel(BaseModel):
     """Base of every spec type: camelCase keys, unknown keys rejected, names usable in Python. A docstring
-    under a field is its description (CRD schema, ``docs/reference/models.md``)."""
+    under a field is its description (CRD schema, ``docs/reference/models.md``), read when a schema is generated
+    (``flexinfer.api.field_docs``)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
-        validate_default=False, use_attribute_docstrings=True,
+        validate_default=False, json_schema_extra=describe_fields,
     )
 
     def to_dict(self) -> dict[str, Any]:

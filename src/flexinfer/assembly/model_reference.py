@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from flexinfer.api.base import Condition, ObjectMeta, ResourceRequirements, Toleration
+from flexinfer.api.field_docs import field_description
 from flexinfer.api.model import Model
 from flexinfer.api.modelcache import ModelCache
 
@@ -183,11 +184,11 @@ def _nested(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
-    """``(dotted camelCase path, field)`` for every field of ``model``, depth first."""
+def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo, str]]:
+    """``(dotted camelCase path, field, description)`` for every field of ``model``, depth first."""
     for name, info in model.model_fields.items():
         path = f"{prefix}{info.alias or name}"
-        yield path, info
+        yield path, info, field_description(model, name) or ""
         nested = _nested(info.annotation)
         if nested is not None:
             yield from field_rows(nested, path + ".")
@@ -197,13 +198,13 @@ def rows(resource: type[BaseModel], engines: dict[str, str], *, status: str, unm
     """The rows of one resource (``apiVersion``/``kind`` left out): ``status.*`` fields get ``status``, other
     fields missing from ``engines`` get ``unmapped`` (``KeyError`` when that is ``None``)."""
     out = []
-    for path, info in field_rows(resource):
+    for path, info, description in field_rows(resource):
         if path in ("apiVersion", "kind"):
             continue
         engine = engines.get(path) or (status if path.split(".")[0] == "status" else unmapped)
         if engine is None:
             raise KeyError(f"{resource.__name__} field {path} has no engine in flexinfer.assembly.model_reference")
-        meaning = " ".join((info.description or "").split())
+        meaning = " ".join(description.split())
         out.append(FieldRow(path, _field_type(info), default_text(info), engine, meaning))
     return out
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from flexinfer.api.crds import CRD_SPECS, crd_documents, crd_files, openapi_schema
+from flexinfer.api.field_docs import field_description
 from flexinfer.api.model import GPUSpec, Model
 from flexinfer.api.modelcache import ModelCache
 
@@ -66,7 +67,7 @@ def test_status_has_no_defaults() -> None:
 def test_model_schema_carries_defaults_enums_and_bounds() -> None:
     gpu = openapi_schema(Model)["properties"]["spec"]["properties"]["gpu"]["properties"]
     assert gpu["priority"] == {"default": 100, "maximum": 1000, "minimum": 0, "type": "integer",
-                               "description": GPUSpec.model_fields["priority"].description}
+                               "description": field_description(GPUSpec, "priority")}
     assert gpu["vendor"]["enum"] == ["auto", "nvidia", "amd", "cpu"] and gpu["vendor"]["default"] == "auto"
     spec = openapi_schema(Model)["properties"]["spec"]
     assert spec["required"] == ["backend", "source"]
