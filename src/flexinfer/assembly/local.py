@@ -39,6 +39,7 @@ from flexinfer.api.loading import load_manifest_texts, read_manifest_files
 from flexinfer.api.modelcache import ModelCache
 from flexinfer.api.units import parse_quantity
 from flexinfer.assembly import event_loop
+from flexinfer.assembly.process_age import process_age
 from flexinfer.core.errors import ConfigError, InsufficientSpaceError
 from flexinfer.core.flashloader_settings import FlashLoaderConfig, staging_variables
 from flexinfer.core.manifest_revision import manifest_revision
@@ -314,8 +315,10 @@ async def serve_local(paths: Sequence[str | Path], *, host: str, port: int, env:
 
 
 def _announce(server: LocalServer) -> None:
+    age = process_age()
+    started = "" if age is None else f"; started in {age:.2f} s"
     print(f"flexinfer serve: listening on {server.url} (OpenAI API at {server.url}/v1, metrics at "
-          f"{server.url}/metrics, status page at {server.url}/ui); Ctrl-C stops", flush=True)
+          f"{server.url}/metrics, status page at {server.url}/ui{started}); Ctrl-C stops", flush=True)
 
 
 async def _serve_until_signalled(paths: Sequence[str | Path], host: str, port: int, env: Environment,
