@@ -4,10 +4,11 @@
 own URL and the admin token; ``None`` stops it). The task GETs ``/admin/status`` at the pod HTTP line's
 ``starting_intervals`` (every 20 ms at first, then 0.1 s) until the pod answers, then every ``POLL_RUNNING``; each
 answer that differs from the last (a member's phase, errors, need, the manifest revision) is kept as the unit's
-``report`` and wakes the unit. A pod that stops answering (``MISSES`` polls in a row) loses its report, which wakes the
-unit too. With each status it reads ``/admin/lifecycle?after=N`` and hands the new cold starts and swaps to ``replay``
-(the manager's histograms, ``flexinfer.manager.group_pods``). ``push`` PUTs the manifests the manager rendered
-(``/admin/manifests``); routes in docs/reference/admin-api.md. Built by the reconciler, closed with the manager.
+``report`` and wakes the unit before anything else is asked of the pod. A pod that stops answering (``MISSES``
+polls in a row) loses its report, which wakes the unit too. With each status it reads ``/admin/lifecycle?after=N``
+and hands the new cold starts and swaps to ``replay`` (the manager's histograms, ``flexinfer.manager.group_pods``).
+``push`` PUTs the manifests the manager rendered (``/admin/manifests``); routes in docs/reference/admin-api.md.
+Built by the reconciler, closed with the manager.
 """
 
 from __future__ import annotations
@@ -121,11 +122,13 @@ class GroupPodLinks(Generic[U]):
             else:
                 misses = 0
                 self._missed.discard(unit)
-                after = await self._events(unit, target, after)
                 report = PodReport.from_status(target.run, target.url, body)
                 if report != self._reports.get(unit):
                     self._reports[unit] = report
                     self._wake(unit)
+                # After the wake: a new pod's first answer is on a cold start's path (its members' endpoint is
+                # published from it), the events only feed the histograms.
+                after = await self._events(unit, target, after)
             if unit in self._reports:
                 pauses = starting_intervals()  # asked afresh should it stop answering
                 await asyncio.sleep(POLL_RUNNING)

@@ -4,9 +4,9 @@ A pass (called by the reconciler for units whose group's strategy is ``TimeSlice
 ``flexinfer.core.group_strategy``): make sure the group's admin-token Secret exists (created once with a random
 token; the pod reads it as ``FLEXINFER_ADMIN_TOKEN``), plan, then write: rejections, the retired members' own
 Deployments and Services (deleted), the ConfigMap (applied when its content changed), the Deployment and
-Service (``Applier``), the link to the running pod (``flexinfer.manager.group_pod_link``), each member's status
-patch (a Warning event when a member fails, once per message; none while a running pod has not answered its
-first poll yet — a new pod, or a restarted manager's first passes — so a member's ``groupEndpoint`` is not
+Service (``Applier``), the link to the running pod (``flexinfer.manager.group_pod_link``), the members' status
+patches, all at once (a Warning event when a member fails, once per message; none while a running pod has not
+answered its first poll yet — a new pod, or a restarted manager's first passes — so a member's ``groupEndpoint`` is not
 withdrawn for a moment) and, when the pod runs another revision of the manifests, a push of this pass's. With no
 member left the group's objects are deleted. The group objects of a group that no longer runs in a group pod
 are deleted too (``retire``).
@@ -19,6 +19,7 @@ own start is in the figure: a cold start measured as such.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,7 +30,7 @@ from flexinfer.api.conventions import GPU_GROUP_LABEL, MANAGED_BY, MANAGED_BY_LA
 from flexinfer.api.model import Model
 from flexinfer.core.controller_defaults import ControllerDefaults
 from flexinfer.core.device_handover import holds_device
-from flexinfer.core.group_pod_plan import GroupPodFacts, GroupPodPass, plan_group_pod
+from flexinfer.core.group_pod_plan import GroupPodFacts, GroupPodPass, MemberMirror, plan_group_pod
 from flexinfer.core.group_strategy import runs_in_group_pod, strategy_of
 from flexinfer.core.manifests.group_pod import GROUP_POD_PORT, group_pod_name
 from flexinfer.core.model_status.plan import ManagerPolicy
@@ -108,14 +109,18 @@ class GroupPods:
         await self._write_objects(unit, plan, deployment)
         self.links.track(unit, target)
         waiting = self.links.asking(unit)  # a running pod not heard from yet (a new pod, a restarted manager)
-        for mirror in plan.members:
-            if not mirror.patch or (waiting and report is None):
-                continue
-            async with scope("model", mirror.model.namespace, mirror.model.name):
-                body = await patch(mirror.model, mirror.patch)
-                await self._announce(mirror.model, body, mirror.failure)
+        # All at once: a member whose requests wait for the pod's endpoint is not published after the others.
+        await asyncio.gather(*(self._mirror(mirror, patch, scope) for mirror in plan.members
+                               if mirror.patch and not (waiting and report is None)))
         await self._push(unit, plan, target)
         return plan.wake
+
+    async def _mirror(self, mirror: MemberMirror, patch: Callable[[Model, Body], Awaitable[Body]],
+                      scope: ReconcileScope) -> None:
+        """Write one member's status patch (and its Warning event when it fails)."""
+        async with scope("model", mirror.model.namespace, mirror.model.name):
+            body = await patch(mirror.model, mirror.patch)
+            await self._announce(mirror.model, body, mirror.failure)
 
     async def _write_objects(self, unit: Unit, plan: GroupPodPass, deployment: Body | None) -> None:
         ns = unit.namespace
