@@ -56,6 +56,15 @@ start; the second is a swap inside the running pod:
 A swap inside the pod is one stage, request → reply (the pod's engine drains, stops and starts servers); the
 engine's own swap time (the ``flexinfer_model_swap_duration_seconds`` sample the manager replays) is printed
 beside it, and the rest is the proxy's forwarding.
+
+For a cold start it also prints, apart from the stages: "serve's own start (in the pod)" (exec → listening, as
+``flexinfer serve`` reports it on its ``listening on`` line), "of pod answers: serve starting" (how much of it came
+after the kubelet's running report, so on the request's path: the rest ran while the kubelet had not reported the
+container yet), "of reply: llama-server's start" (the pod's ``server_start`` + ``health`` stage samples on its own
+/metrics) and "of reply: llama-server's answer" (``upstream=`` of the pod's access log line for the request).
+FlexInfer's part is the manager's decision, the "pod answers" stage and the reply stage less llama-server's start
+and answer; "same, serve's whole start counted" counts serve's start in full, as if none of it had overlapped the
+kubelet's report.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -202,8 +212,15 @@ GROUP_POD = f"flexinfer-group-{real_node.SHARED_GROUP}"
 GROUP_STAGES = ("Deployment scaled", "pod created", "scheduled (back-off)", "container running", "pod answers",
                 "reply")
 GROUP_OWN = ("Deployment scaled", "pod answers")
-"""In group-pod mode FlexInfer's own stages of a cold start: the manager's decision, and serve's start in the pod
-until the manager sees it answer (the reply stage is llama.cpp's start and the proxy's forwarding)."""
+"""In group-pod mode FlexInfer's own stages of a cold start: the manager's decision, and the time from the kubelet's
+running report until the manager sees the pod answer and publishes it (``flexinfer serve``'s start when it outlasts
+that report, the manager's asks, its status write). Of the reply stage, FlexInfer's part is what is left after the
+pod's llama-server started (the pod's ``server_start`` and ``health`` stage samples) and answered (``upstream=`` of
+the pod's access log line for the request): the proxy's and the pod's forwarding and the pod engine's own steps."""
+SERVE_STARTED = re.compile(r"flexinfer serve: listening on .*started in ([0-9.]+) s")
+"""``flexinfer serve``'s line once it listens, with its own start-up (exec → listening; the kernel's record)."""
+SERVER_START_STAGES = ("server_start", "health")
+"""The pod engine's startup stages that are llama-server's own start: spawned → port open → health answers."""
 
 
 def group_running(obj: dict[str, Any]) -> bool:
@@ -214,19 +231,64 @@ def forwarded(obj: dict[str, Any]) -> bool:
     return bool((obj.get("status", {}).get("sharedGroup") or {}).get("groupEndpoint"))
 
 
-def chat(base: str, model: str) -> float:
-    """One request through the proxy; returns when the reply arrived (``time.monotonic``)."""
+def chat(base: str, model: str) -> tuple[float, str]:
+    """One request through the proxy; returns when the reply arrived (``time.monotonic``) and its request id."""
     body = json.dumps({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}).encode()
     req = urllib.request.Request(f"{base}/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as resp:
         resp.read()
-    return time.monotonic()
+        return time.monotonic(), resp.headers.get("X-Request-ID", "")
 
 
-def measure_group(watcher: ApiWatch, base: str, model: str, cold: bool) -> dict[str, float]:
+def group_pod_log(node: RealNode) -> list[str]:
+    """The group pod's ``flexinfer`` container log, each line with the runtime's timestamp first."""
+    out: str = node.kubectl("logs", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={GROUP_POD}", "-c", "flexinfer",
+                            "--timestamps", "--tail", "2000", check=False).stdout
+    return out.splitlines()
+
+
+def serve_started(lines: list[str], monotonic_now: float) -> tuple[float, float] | None:
+    """From the group pod's log: when ``flexinfer serve`` listened (this process's monotonic clock) and how long
+    its own start took, or ``None`` when the line is not there."""
+    for line in lines:
+        found = SERVE_STARTED.search(line)
+        if found:
+            stamp = datetime.fromisoformat(line.split()[0][:26] + "+00:00").timestamp()
+            return monotonic_now - (time.time() - stamp), float(found[1])
+    return None
+
+
+def pod_server_start(node: RealNode, model: str) -> float:
+    """Seconds the group pod's llama-server took to start for ``model``: the sums of its ``server_start`` and
+    ``health`` stage samples on the pod's own /metrics (the pod is new at each cold start: these are this start's)."""
+    pods = node.get("pods", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={GROUP_POD}")["items"]
+    with urllib.request.urlopen(f"http://{pods[0]['status']['podIP']}:8080/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("flexinfer_model_startup_stage_duration_seconds_sum") and f'model="{model}"' in line
+               and any(f'stage="{stage}"' in line for stage in SERVER_START_STAGES))
+
+
+def pod_upstream(lines: list[str], request_id: str) -> float | None:
+    """The pod's llama-server's answer to the request (``upstream=`` of the pod's access log line for it), or
+    ``None`` while that line is not in ``lines`` (it is written once the reply has been sent)."""
+    found = next((line for line in lines if f"request_id={request_id}" in line and " upstream=" in line), None)
+    if found is None:
+        return None
+    value = found.split(" upstream=", 1)[1].split("s", 1)[0]
+    return math.nan if value == "-" else float(value)
+
+
+def logged(node: RealNode, request_id: str) -> list[str] | None:
+    """The group pod's log once it holds the access log line for ``request_id``."""
+    lines = group_pod_log(node)
+    return lines if pod_upstream(lines, request_id) is not None else None
+
+
+def measure_group(node: RealNode, watcher: ApiWatch, base: str, model: str, cold: bool) -> dict[str, float]:
     sent = time.monotonic()
-    reply = chat(base, model)
+    reply, request_id = chat(base, model)
     if not cold:
         return {"reply": reply - sent, "total": reply - sent}
     marks = {
@@ -243,7 +305,19 @@ def measure_group(watcher: ApiWatch, base: str, model: str, cold: bool) -> dict[
         out[stage] = math.nan if at is None else max(0.0, at - previous)
         previous = previous if at is None else max(previous, at)
     out["total"] = reply - sent
-    out["FlexInfer's part"] = sum(out[stage] for stage in GROUP_OWN)
+    lines = wait_for(lambda: logged(node, request_id), 10, f"the group pod's access log line for {request_id}")
+    serve = serve_started(lines, time.monotonic())
+    listened, out["serve's own start (in the pod)"] = serve if serve is not None else (math.nan, math.nan)
+    running_at = marks["container running"]
+    out["of pod answers: serve starting"] = (
+        min(out["pod answers"], max(0.0, listened - running_at)) if serve is not None and running_at else math.nan)
+    out["of reply: llama-server's start"] = pod_server_start(node, model)
+    answer = pod_upstream(lines, request_id)
+    out["of reply: llama-server's answer"] = math.nan if answer is None else answer
+    server = out["of reply: llama-server's start"] + out["of reply: llama-server's answer"]
+    out["FlexInfer's part"] = sum(out[stage] for stage in GROUP_OWN) + max(out["reply"] - server, 0.0)  # NaN stays
+    out["same, serve's whole start counted"] = (out["FlexInfer's part"] - out["of pod answers: serve starting"]
+                                                + out["serve's own start (in the pod)"])
     return out
 
 
@@ -323,10 +397,10 @@ def group_rounds(node: RealNode, base: str, rounds: int) -> None:
     with ApiWatch(node) as watcher:
         for _ in range(rounds):
             group_idle(node)
-            results["cold start tiny-a (group pod absent)"].append(measure_group(watcher, base, "tiny-a", True))
+            results["cold start tiny-a (group pod absent)"].append(measure_group(node, watcher, base, "tiny-a", True))
             time.sleep(HOLD_S)  # the hold is policy, not part of a swap
             before = swap_seconds(node, "tiny-b")
-            swap = measure_group(watcher, base, "tiny-b", False)
+            swap = measure_group(node, watcher, base, "tiny-b", False)
             wait_for(lambda b=before: swap_seconds(node, "tiny-b") > b, 30, "the pod's swap sample")
             swap["engine swap (pod)"] = swap_seconds(node, "tiny-b") - before
             results["swap tiny-a → tiny-b (inside the pod)"].append(swap)
@@ -334,7 +408,7 @@ def group_rounds(node: RealNode, base: str, rounds: int) -> None:
         print(f"\n{what} ({len(measured)} rounds), median seconds (each round)")
         for stage in measured[0]:
             each = " ".join(f"{r[stage]:.3f}" for r in measured)
-            print(f"  {stage:<22} {statistics.median(r[stage] for r in measured):7.3f}   ({each})")
+            print(f"  {stage:<36} {statistics.median(r[stage] for r in measured):7.3f}   ({each})")
 
 
 if __name__ == "__main__":
