@@ -6,10 +6,10 @@ token; the pod reads it as ``FLEXINFER_ADMIN_TOKEN``), plan, then write: rejecti
 Deployments and Services (deleted), the ConfigMap (applied when its content changed), the Deployment and
 Service (``Applier``), the link to the running pod (``flexinfer.manager.group_pod_link``), the members' status
 patches, all at once (a Warning event when a member fails, once per message; none while a running pod has not
-answered its first poll yet — a new pod, or a restarted manager's first passes — so a member's ``groupEndpoint`` is not
-withdrawn for a moment) and, when the pod runs another revision of the manifests, a push of this pass's. With no
-member left the group's objects are deleted. The group objects of a group that no longer runs in a group pod
-are deleted too (``retire``).
+answered its first poll yet — a new pod, or a restarted manager's first passes — so a member's
+``groupEndpoint`` is not withdrawn for a moment) and, when the pod runs another revision of the manifests, a
+push of this pass's. With no member left the group's objects are deleted. The group objects of a group that no
+longer runs in a group pod are deleted too (``retire``).
 
 The pod's cold starts and swaps come back through the link and are observed into the manager's histograms
 (same names, labels and buckets as default mode). A member's first cold start in a pod that the manager scaled
