@@ -113,14 +113,38 @@ def running(obj: dict[str, Any]) -> bool:
                for c in obj.get("status", {}).get("containerStatuses", []))
 
 
+def logged_at(line: str, monotonic_now: float) -> float:
+    """When a ``kubectl logs --timestamps`` line was written (the runtime's stamp), on this process's monotonic
+    clock."""
+    stamp = datetime.fromisoformat(line.split(maxsplit=1)[0][:26] + "+00:00").timestamp()
+    return monotonic_now - (time.time() - stamp)
+
+
+def access_upstream(lines: list[str], request_id: str) -> float | None:
+    """``upstream=`` (the model server's time) of the access log line for ``request_id``: ``None`` while that
+    line is not in ``lines`` (it is written once the reply has been sent), NaN when nothing was forwarded."""
+    found = next((line for line in lines if f"request_id={request_id}" in line and " upstream=" in line), None)
+    if found is None:
+        return None
+    value = found.split(" upstream=", 1)[1].split(" ", 1)[0]  # "0.004s", or "-"
+    return math.nan if value == "-" else float(value.removesuffix("s"))
+
+
+def sample_sum(text: str, name: str, model: str, *labels: str) -> float:
+    """The sum of the ``name`` samples for ``model`` in a /metrics exposition, only those with one of ``labels``
+    (``key="value"``) when given."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and f'model="{model}"' in line
+               and (not labels or any(label in line for label in labels)))
+
+
 def listening_at(node: RealNode, model: str, monotonic_now: float) -> float | None:
     """The runtime's timestamp of the server's line that says it listens, on this process's monotonic clock."""
     out = node.kubectl("logs", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={model}", "-c", "model",
                        "--timestamps", "--tail", "200", check=False).stdout
     for line in out.splitlines():
         if any(words in line for words in SERVING_LINES):
-            stamp = datetime.fromisoformat(line.split()[0][:26] + "+00:00").timestamp()
-            return monotonic_now - (time.time() - stamp)
+            return logged_at(line, monotonic_now)
     return None
 
 
@@ -201,11 +225,12 @@ def measure(node: RealNode, watcher: ApiWatch, base: str, model: str, loser: str
 def upstream_seconds(node: RealNode, request_id: str) -> float:
     """How long the model server took to answer the request (from the proxy forwarding it to the answer's end:
     ``upstream=`` of the proxy's access log line for ``request_id``): the server's time, not FlexInfer's."""
-    def line() -> str:
+    def answer() -> list[float] | None:  # a list: an answer of 0.0 s is found too
         logs = node.kubectl("logs", "-n", NAMESPACE, "deploy/flexinfer-proxy", "--tail", "400", check=False).stdout
-        return next((text for text in logs.splitlines() if f"request_id={request_id}" in text), "")
-    found = wait_for(line, 10, f"the proxy's access log line for request {request_id}")
-    return float(found.split(" upstream=", 1)[1].split("s", 1)[0])
+        seconds = access_upstream(logs.splitlines(), request_id)
+        return None if seconds is None else [seconds]
+    found: list[float] = wait_for(answer, 10, f"the proxy's access log line for request {request_id}")
+    return found[0]
 
 
 GROUP_POD = f"flexinfer-group-{real_node.SHARED_GROUP}"
@@ -254,8 +279,7 @@ def serve_started(lines: list[str], monotonic_now: float) -> tuple[float, float]
     for line in lines:
         found = SERVE_STARTED.search(line)
         if found:
-            stamp = datetime.fromisoformat(line.split()[0][:26] + "+00:00").timestamp()
-            return monotonic_now - (time.time() - stamp), float(found[1])
+            return logged_at(line, monotonic_now), float(found[1])
     return None
 
 
@@ -265,25 +289,14 @@ def pod_server_start(node: RealNode, model: str) -> float:
     pods = node.get("pods", "-n", NAMESPACE, "-l", f"flexinfer.ai/model={GROUP_POD}")["items"]
     with urllib.request.urlopen(f"http://{pods[0]['status']['podIP']}:8080/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("flexinfer_model_startup_stage_duration_seconds_sum") and f'model="{model}"' in line
-               and any(f'stage="{stage}"' in line for stage in SERVER_START_STAGES))
-
-
-def pod_upstream(lines: list[str], request_id: str) -> float | None:
-    """The pod's llama-server's answer to the request (``upstream=`` of the pod's access log line for it), or
-    ``None`` while that line is not in ``lines`` (it is written once the reply has been sent)."""
-    found = next((line for line in lines if f"request_id={request_id}" in line and " upstream=" in line), None)
-    if found is None:
-        return None
-    value = found.split(" upstream=", 1)[1].split("s", 1)[0]
-    return math.nan if value == "-" else float(value)
+    return sample_sum(text, "flexinfer_model_startup_stage_duration_seconds_sum", model,
+                      *(f'stage="{stage}"' for stage in SERVER_START_STAGES))
 
 
 def logged(node: RealNode, request_id: str) -> list[str] | None:
     """The group pod's log once it holds the access log line for ``request_id``."""
     lines = group_pod_log(node)
-    return lines if pod_upstream(lines, request_id) is not None else None
+    return lines if access_upstream(lines, request_id) is not None else None
 
 
 def measure_group(node: RealNode, watcher: ApiWatch, base: str, model: str, cold: bool) -> dict[str, float]:
@@ -312,7 +325,7 @@ def measure_group(node: RealNode, watcher: ApiWatch, base: str, model: str, cold
     out["of pod answers: serve starting"] = (
         min(out["pod answers"], max(0.0, listened - running_at)) if serve is not None and running_at else math.nan)
     out["of reply: llama-server's start"] = pod_server_start(node, model)
-    answer = pod_upstream(lines, request_id)
+    answer = access_upstream(lines, request_id)
     out["of reply: llama-server's answer"] = math.nan if answer is None else answer
     server = out["of reply: llama-server's start"] + out["of reply: llama-server's answer"]
     out["FlexInfer's part"] = sum(out[stage] for stage in GROUP_OWN) + max(out["reply"] - server, 0.0)  # NaN stays
@@ -323,9 +336,7 @@ def measure_group(node: RealNode, watcher: ApiWatch, base: str, model: str, cold
 
 def swap_seconds(node: RealNode, model: str) -> float:
     """The sum of the manager's swap samples for ``model`` (the pod's engine's own swap times, replayed)."""
-    text = real_node.manager_metrics_text(node)
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("flexinfer_model_swap_duration_seconds_sum") and f'model="{model}"' in line)
+    return sample_sum(real_node.manager_metrics_text(node), "flexinfer_model_swap_duration_seconds_sum", model)
 
 
 def group_idle(node: RealNode) -> None:

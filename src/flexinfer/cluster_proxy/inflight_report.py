@@ -107,9 +107,8 @@ class InflightReporter:
         key = model.key
         if preempted(model) or key in self._written or key in self._early or key in self._first:
             return
-        task = self._background.spawn(self._early_report(model), name=f"inflight-early-{key}")
-        self._early[key] = task
-        task.add_done_callback(lambda _: self._early.pop(key, None))
+        self._early[key] = self._spawn(self._early_report(model), f"inflight-early-{key}",
+                                       lambda: self._early.pop(key, None))
 
     async def busy(self, model: Model) -> bool:
         """Make sure a confirmed report exists before a request is forwarded to ``model``; ``False`` when the
@@ -199,11 +198,13 @@ class InflightReporter:
         if not ready and key in self._written:
             self._spawn(self._clear(key), f"inflight-clear-{key}")
 
-    def _spawn(self, write: Coroutine[Any, Any, None], name: str, done: Callable[[], None] | None = None) -> None:
+    def _spawn(self, write: Coroutine[Any, Any, None], name: str,
+               done: Callable[[], object] | None = None) -> asyncio.Task[None]:
         """Run ``write`` in the background (awaited by ``aclose``); ``done`` after it ends."""
         task = self._background.spawn(write, name=name)
         if done is not None:
             task.add_done_callback(lambda _: done())
+        return task
 
     async def refresh(self, busy: Collection[str]) -> None:
         """Re-stamp the reports of busy models (requests in flight or waiting) that are due; clear the others."""
